@@ -1,0 +1,52 @@
+"""diffsim: differentiable physics and ODE simulation on JAX.
+
+`simulate(model, y0, ts, solver=...)` is the core; models are `equinox.Module`s whose fields are
+their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad`.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ._model import (
+    AbstractHamiltonian as AbstractHamiltonian,
+    AbstractLagrangian as AbstractLagrangian,
+    AbstractODE as AbstractODE,
+    AbstractSecondOrder as AbstractSecondOrder,
+    AbstractSeparableHamiltonian as AbstractSeparableHamiltonian,
+    join_pair as join_pair,
+    ODE as ODE,
+    split_pair as split_pair,
+)
+from ._parameter import parameter as parameter
+from ._results import (
+    result_message as result_message,
+    RESULTS as RESULTS,
+    SimulationError as SimulationError,
+)
+from ._simulate import simulate as simulate, Solution as Solution
+from ._solver import (
+    AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractFixedStepSolver as AbstractFixedStepSolver,
+    AbstractRungeKutta as AbstractRungeKutta,
+    AbstractSolver as AbstractSolver,
+    AbstractSymplectic as AbstractSymplectic,
+    ButcherTableau as ButcherTableau,
+    Diffrax as Diffrax,
+    Dopri5 as Dopri5,
+    Dopri8 as Dopri8,
+    Euler as Euler,
+    Heun as Heun,
+    Kvaerno5 as Kvaerno5,
+    Leapfrog as Leapfrog,
+    Midpoint as Midpoint,
+    Ralston as Ralston,
+    RK4 as RK4,
+    RK38 as RK38,
+    SymplecticEuler as SymplecticEuler,
+    Tsit5 as Tsit5,
+    Yoshida4 as Yoshida4,
+)
+
+try:
+    __version__ = version("diffsim")
+except PackageNotFoundError:  # running from a source checkout that is not installed
+    __version__ = "0+unknown"

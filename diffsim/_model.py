@@ -1,0 +1,237 @@
+"""Model base classes: what the physics is, separate from how it is stepped.
+
+Every model is an `equinox.Module` whose fields are its parameters (traced by `jit`, so new values
+never recompile) and whose methods are its physics. All of them expose
+`vector_field(t, y, args=None) -> dy/dt`, so `diffrax.ODETerm(model.vector_field)` works too.
+"""
+
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from ._parameter import check_parameters
+from ._validate import as_parameter, is_traced, nonfinite_leaves
+
+
+class AbstractODE(eqx.Module):
+    """A first-order system dy/dt = f(t, y).
+
+    Subclasses implement `vector_field`. Optional hooks: `state_names` (labels of the components of
+    a flat state), `state_shape()` (the expected shape of an array state, checked by `simulate`),
+    `energy(y)` and other invariants.
+    """
+
+    state_names: ClassVar[tuple[str, ...] | None] = None
+
+    def __check_init__(self):
+        check_parameters(self)
+
+    @abc.abstractmethod
+    def vector_field(self, t, y, args=None):
+        """dy/dt at time `t` (scalar) and state `y` (a pytree); returns the structure of `y`.
+        `args` is accepted and ignored so that the bound method is a `diffrax.ODETerm`."""
+
+    def state_shape(self) -> tuple[int, ...] | None:
+        """The shape an array state must have, or None when any shape the vector field accepts is
+        fine."""
+        return None if self.state_names is None else (len(self.state_names),)
+
+
+# --- (q, v) states ---------------------------------------------------------------------------
+
+
+def split_pair(y, what: str = "(q, v)"):
+    """Split a two-part state: a tuple/list `(q, v)` or an array stacked as `[q, v]` on axis 0."""
+    if isinstance(y, (tuple, list)):
+        if len(y) != 2:
+            raise ValueError(f"a state {what} must have 2 parts, got {len(y)}")
+        return y[0], y[1]
+    if jnp.ndim(y) >= 1 and jnp.shape(y)[0] == 2:
+        return y[0], y[1]
+    raise ValueError(
+        f"a state {what} is a tuple of two arrays or an array stacked on axis 0 "
+        f"(shape (2, ...)); got {type(y).__name__} of shape {jnp.shape(y)}"
+    )
+
+
+def join_pair(like, a, b):
+    """Rebuild a two-part state in the layout of `like` (tuple, list or stacked array)."""
+    if isinstance(like, (tuple, list)):
+        return type(like)((a, b))
+    return jnp.stack([a, b])
+
+
+def _check_pair_shapes(q, v, what: str) -> None:
+    if jax.tree.structure(q) != jax.tree.structure(v) or any(
+        jnp.shape(a) != jnp.shape(b) for a, b in zip(jax.tree.leaves(q), jax.tree.leaves(v))
+    ):
+        raise ValueError(f"the two parts of the state {what} must have the same shapes")
+
+
+class AbstractSecondOrder(AbstractODE):
+    """A mechanical system q'' = a(t, q, v) with state `(q, v)`.
+
+    The state is a tuple `(q, v)` or an array stacked as `[q, v]` on its first axis (so a pendulum's
+    state is `jnp.array([angle, angular_velocity])`). Symplectic solvers need an acceleration that
+    does not depend on `v`; they check this from the traced computation and refuse otherwise.
+    """
+
+    @abc.abstractmethod
+    def acceleration(self, t, q, v):
+        """d²q/dt² at time `t`, position `q` and velocity `v` (same structure as `q`)."""
+
+    def vector_field(self, t, y, args=None):
+        q, v = split_pair(y)
+        return join_pair(y, v, self.acceleration(t, q, v))
+
+
+class AbstractHamiltonian(AbstractODE):
+    """A Hamiltonian system with state `(q, p)`: dq/dt = ∂H/∂p, dp/dt = −∂H/∂q (by `jax.grad`).
+
+    The state layout is that of `AbstractSecondOrder` (tuple or stacked array).
+    """
+
+    @abc.abstractmethod
+    def hamiltonian(self, q, p):
+        """The total energy H(q, p) (a scalar)."""
+
+    def vector_field(self, t, y, args=None):
+        q, p = split_pair(y, "(q, p)")
+        dh_dq, dh_dp = jax.grad(self.hamiltonian, argnums=(0, 1))(q, p)
+        return join_pair(y, dh_dp, jax.tree.map(jnp.negative, dh_dq))
+
+    def energy(self, y):
+        """H at the state `y` (works on a single state; `jax.vmap` it over `sol.ys`)."""
+        return self.hamiltonian(*split_pair(y, "(q, p)"))
+
+
+class AbstractSeparableHamiltonian(AbstractHamiltonian):
+    """H(q, p) = T(p) + V(q): the form that splitting methods (`Leapfrog`, `Yoshida4`) need."""
+
+    @abc.abstractmethod
+    def kinetic(self, p):
+        """Kinetic energy T(p) (a scalar)."""
+
+    @abc.abstractmethod
+    def potential(self, q):
+        """Potential energy V(q) (a scalar)."""
+
+    def hamiltonian(self, q, p):
+        return self.kinetic(p) + self.potential(q)
+
+    def vector_field(self, t, y, args=None):
+        q, p = split_pair(y, "(q, p)")
+        dq = jax.grad(self.kinetic)(p)
+        dp = jax.tree.map(jnp.negative, jax.grad(self.potential)(q))
+        return join_pair(y, dq, dp)
+
+
+class AbstractLagrangian(AbstractSecondOrder):
+    """A system given by its Lagrangian L(q, q̇); accelerations solve the Euler–Lagrange equations
+
+        M(q, q̇) q̈ = ∂L/∂q − (∂²L/∂q̇∂q) q̇,   M = ∂²L/∂q̇²,
+
+    with every derivative taken by autodiff. `q` may be any pytree; it is flattened for the solve.
+    """
+
+    @abc.abstractmethod
+    def lagrangian(self, q, qdot):
+        """L(q, q̇) = T − V (a scalar)."""
+
+    def acceleration(self, t, q, v):
+        q_flat, unravel = ravel_pytree(q)
+        v_flat, _ = ravel_pytree(v)
+
+        def lagrangian_flat(qf, vf):
+            return self.lagrangian(unravel(qf), unravel(vf))
+
+        dl_dv = jax.grad(lagrangian_flat, argnums=1)
+        dl_dq = jax.grad(lagrangian_flat, argnums=0)(q_flat, v_flat)
+        mass = jax.jacfwd(dl_dv, argnums=1)(q_flat, v_flat)
+        mixed = jax.jacfwd(dl_dv, argnums=0)(q_flat, v_flat)
+        return unravel(jnp.linalg.solve(mass, dl_dq - mixed @ v_flat))
+
+    def energy(self, y):
+        """The energy function E = q̇·∂L/∂q̇ − L, conserved when L does not depend on time."""
+        q, v = split_pair(y)
+        dl_dv = jax.grad(self.lagrangian, argnums=1)(q, v)
+        momentum_dot_v = sum(
+            jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(dl_dv), jax.tree.leaves(v))
+        )
+        return momentum_dot_v - self.lagrangian(q, v)
+
+
+class ODE(AbstractODE):
+    """Wrap a plain function `fn(t, y, params) -> dy/dt` as a model.
+
+    `params` is any pytree of numbers/arrays; they are traced, so new values do not recompile.
+    `fn` is static: pass the same function object each time (a new `lambda` per call recompiles).
+
+    **Example:** `ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})`
+    """
+
+    fn: Callable = eqx.field(static=True)
+    params: Any = None
+
+    def __init__(self, fn: Callable, params: Any = None):
+        if not callable(fn):
+            raise TypeError(f"ODE(fn, params): fn must be callable as fn(t, y, params), got {fn!r}")
+        self.fn = fn
+        self.params = jax.tree.map(_as_array_if_number, params)
+
+    def __check_init__(self):
+        bad = nonfinite_leaves(self.params)
+        if bad:
+            raise ValueError(
+                f"ODE: parameters {', '.join('params' + b for b in bad)} are not finite"
+            )
+
+    def vector_field(self, t, y, args=None):
+        return self.fn(t, y, self.params)
+
+
+def _as_array_if_number(x):
+    if isinstance(x, (bool, str)) or x is None:
+        return x
+    if isinstance(x, (int, float, complex)) or hasattr(x, "dtype"):
+        return x if is_traced(x) else as_parameter(x)
+    return x
+
+
+# --- structural dependence, used by symplectic solvers ---------------------------------------
+
+
+def output_depends_on(fn: Callable, args: tuple, argnum: int) -> bool:
+    """Whether the output of `fn(*args)` structurally depends on `args[argnum]`.
+
+    Traces `fn` once to a jaxpr (no computation) and follows data dependencies from the inputs of
+    `args[argnum]` to the outputs. Sub-computations (`cond`, `scan`, inner `jit`) count as depending
+    on all of their inputs, which errs on the side of "depends".
+    """
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dynamic)
+
+    def fn_dynamic(*dynamic_args):
+        return fn(*eqx.combine(dynamic_args, static))
+
+    jaxpr = jax.make_jaxpr(fn_dynamic)(*abstract).jaxpr
+    leaves_before = sum(len(jax.tree.leaves(a)) for a in abstract[:argnum])
+    n_target = len(jax.tree.leaves(abstract[argnum]))
+    dependent = set(jaxpr.invars[leaves_before : leaves_before + n_target])
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, jex.Var) and v in dependent for v in eqn.invars):
+            dependent.update(eqn.outvars)
+    return any(isinstance(v, jex.Var) and v in dependent for v in jaxpr.outvars)
+
+
+def acceleration_depends_on_velocity(model: AbstractSecondOrder, t, q, v) -> bool:
+    def accel(model, t, q, v):
+        return model.acceleration(t, q, v)
+
+    return output_depends_on(accel, (model, t, q, v), argnum=3)

@@ -1,0 +1,48 @@
+"""`ds.parameter`: declare a model parameter field with its constraints.
+
+A parameter is converted to an array (so `jit` traces it and new values never recompile) and
+checked at construction when its value is concrete, with an error that names the model and field.
+"""
+
+import dataclasses
+
+import equinox as eqx
+
+from ._validate import as_optional_parameter, as_parameter, check_parameter
+
+_METADATA_KEY = "diffsim_parameter"
+
+
+def parameter(
+    default=dataclasses.MISSING,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    ndim: int | None = None,
+    optional: bool = False,
+):
+    """A model field holding a physical parameter.
+
+    **Arguments:**
+
+    - `default`: default value (omit for a required parameter; `None` makes it optional).
+    - `positive` / `nonnegative`: the constraint checked at construction.
+    - `ndim`: the required number of dimensions (0 for a scalar).
+    - `optional`: the field may be `None` (a term of the model that is switched off).
+
+    Every parameter must be finite.
+    """
+    optional = optional or default is None
+    return eqx.field(
+        default=default,
+        converter=as_optional_parameter if optional else as_parameter,
+        metadata={_METADATA_KEY: dict(positive=positive, nonnegative=nonnegative, ndim=ndim)},
+    )
+
+
+def check_parameters(model) -> None:
+    """Check every field declared with `parameter` (called from `AbstractODE.__check_init__`)."""
+    for field in dataclasses.fields(model):
+        constraint = field.metadata.get(_METADATA_KEY)
+        if constraint is not None:
+            check_parameter(model, field.name, **constraint)

@@ -1,0 +1,66 @@
+"""Result codes of a simulation and the error raised for them.
+
+A solve never raises from inside compiled code on its own: it returns a result code per trajectory
+(`Solution.result`). `simulate(..., throw=True)` turns a non-zero code into an error whose text says
+what went wrong and what to do; with `throw=False` (the way to run under `vmap`) the codes are left
+for the caller, one per member.
+"""
+
+import enum
+
+
+class RESULTS(enum.IntEnum):
+    """Outcome of a simulation; `Solution.result` holds these values as an int32 array."""
+
+    successful = 0
+    invalid_input = 1
+    max_steps_reached = 2
+    step_size_collapsed = 3
+    nonlinear_solver_failed = 4
+    solver_failed = 5
+    nonfinite_state = 6
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    RESULTS.successful: "the simulation succeeded",
+    RESULTS.invalid_input: (
+        "invalid input: a model parameter or y0 is not finite, ts is not strictly increasing, "
+        "or a tolerance is negative; check the inputs of this member"
+    ),
+    RESULTS.max_steps_reached: (
+        "the adaptive solver reached max_steps before the last output time: raise max_steps, "
+        "loosen rtol/atol, or use a stiff solver (e.g. ds.Kvaerno5) if the problem is stiff"
+    ),
+    RESULTS.step_size_collapsed: (
+        "the step size fell below dtmin: the solution may blow up (finite-time singularity) or "
+        "the problem is stiff; use a stiff solver (e.g. ds.Kvaerno5) or lower dtmin"
+    ),
+    RESULTS.nonlinear_solver_failed: (
+        "the implicit solver's nonlinear (Newton) iteration failed to converge: tighten rtol/atol "
+        "so steps shrink, or check the vector field for discontinuities"
+    ),
+    RESULTS.solver_failed: "the underlying diffrax solver reported a failure",
+    RESULTS.nonfinite_state: (
+        "the state became non-finite (NaN or inf): for a fixed-step solver make dt smaller "
+        "(the step may be beyond the method's stability limit); otherwise check the model for "
+        "divisions by zero or blow-up"
+    ),
+}
+
+
+class SimulationError(RuntimeError):
+    """Raised by `simulate(..., throw=True)` when a solve does not succeed."""
+
+    def __init__(self, code: RESULTS, detail: str = ""):
+        self.code = code
+        text = f"simulation failed ({code.name}): {code.message}"
+        super().__init__(text + (f". {detail}" if detail else ""))
+
+
+def result_message(code) -> str:
+    """The explanation of a result code (an int or a 0-d array of one)."""
+    return RESULTS(int(code)).message

@@ -1,0 +1,358 @@
+"""`simulate`: model + solver + output times → `Solution`."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jaxtyping import Array, PyTree
+
+from ._model import AbstractODE
+from ._results import RESULTS, SimulationError
+from ._solver.adaptive import AbstractAdaptiveSolver
+from ._solver.base import AbstractFixedStepSolver, AbstractSolver
+from ._time_grid import check_ts, plan_fixed_steps
+from ._validate import all_finite, any_traced, check_positive_number, is_traced, nonfinite_leaves
+
+
+class Solution(eqx.Module):
+    """The result of `simulate`.
+
+    - `ts`: the output times, shape `(times,)`, as passed in.
+    - `ys`: the states at `ts`, a pytree like `y0` with a leading axis of length `times`;
+      `ys[0]` is `y0`. Members that failed (see `result`) hold NaN (invalid input) or the
+      non-finite values the solve produced.
+    - `stats`: dict of int arrays: `num_steps` (accepted steps), `num_rejected_steps`, and
+      `num_function_evals` (exact for fixed-step solvers; for explicit adaptive ones, attempted
+      steps × stages per step; absent for implicit solvers, whose Newton iterations vary).
+    - `result`: int32 code, `ds.RESULTS.successful` (0) when the solve succeeded.
+    """
+
+    ts: Array
+    ys: PyTree
+    stats: dict
+    result: Array
+
+    @property
+    def succeeded(self) -> Array:
+        """Boolean array: True where the solve succeeded."""
+        return self.result == RESULTS.successful
+
+
+def simulate(
+    model: AbstractODE,
+    y0: PyTree,
+    ts,
+    *,
+    solver: AbstractSolver,
+    dt: float | None = None,
+    steps_per_save: int | None = None,
+    max_steps: int = 100_000,
+    throw: bool = True,
+) -> Solution:
+    """Solve the model from `y0` at `ts[0]` and return the states at every time in `ts`.
+
+    **Arguments:**
+
+    - `model`: a `ds.AbstractODE` (any diffsim model, or `ds.ODE(fn, params)`).
+    - `y0`: the initial state at `ts[0]`, a pytree of arrays with the structure the model expects
+      (e.g. `jnp.array([angle, angular_velocity])`). Its floating dtype sets the precision of the
+      solve: the model's parameters and the times are cast to it, and `ys` keeps it.
+    - `ts`: output times, shape `(times,)`, strictly increasing, at least two; `ts[0]` is t0.
+    - `solver`: a diffsim solver, fixed-step (`ds.RK4()`, `ds.Leapfrog()`, …) or adaptive
+      (`ds.Tsit5(rtol=..., atol=...)`, `ds.Kvaerno5(...)`, `ds.Diffrax(...)`).
+    - `dt`: fixed-step solvers: the step, which must divide every interval of `ts` into whole
+      steps (needs a concrete `ts`, e.g. one closed over by your `jit`). Adaptive solvers: the
+      initial step guess (default: chosen automatically).
+    - `steps_per_save`: fixed-step solvers: a static number of equal steps per output interval;
+      required instead of `dt` when `ts` is traced. On a non-uniform grid, `dt` gives each interval
+      its own count and every interval runs the largest count with the surplus steps masked.
+    - `max_steps`: adaptive solvers: the static bound on the number of steps.
+    - `throw`: raise `ds.SimulationError` (or an equinox runtime error under `jit`) when the solve
+      fails. Use `throw=False` under `vmap`: then nothing raises, and `Solution.result` flags each
+      failing member while the others are unaffected.
+
+    **Returns:** a `ds.Solution`.
+
+    The time loop is `lax.scan` (fixed step; the number of steps is static, compile time does not
+    depend on it) or diffrax's bounded `while_loop` (adaptive). `simulate` composes with `jax.jit`,
+    `jax.vmap` and `jax.grad` applied from outside.
+    """
+    if not isinstance(model, AbstractODE):
+        raise TypeError(
+            f"model must be a diffsim model (a ds.AbstractODE subclass such as models.Lorenz, or "
+            f"ds.ODE(fn, params) for a plain function), got {type(model).__name__}"
+        )
+    if not isinstance(solver, AbstractSolver):
+        hint = ""
+        if isinstance(solver, diffrax.AbstractSolver):
+            hint = (
+                f" To use a diffrax solver, wrap it: ds.Diffrax(diffrax.{type(solver).__name__}())."
+            )
+        elif isinstance(solver, type) and issubclass(solver, AbstractSolver):
+            hint = f" Pass an instance: solver=ds.{solver.__name__}()."
+        raise TypeError(
+            f"solver must be a diffsim solver such as ds.RK4() or ds.Tsit5(), got {solver!r}.{hint}"
+        )
+    ts = ts if is_traced(ts) else jnp.asarray(ts)
+    check_ts(ts)
+    y0 = jax.tree.map(_as_state_leaf, y0)
+    real_dtype = _real_dtype(y0)
+    _check_finite_inputs(model, y0)
+    model = _cast_floats(model, real_dtype)
+    times = ts.astype(real_dtype)
+    _check_state(model, y0, times[0])
+
+    if isinstance(solver, AbstractFixedStepSolver):
+        solver.check_model(model, times[0], y0)
+        plan = plan_fixed_steps(ts, dt, steps_per_save, type(solver).__name__)
+        ys, stats, result = _solve_fixed(
+            solver, model, y0, times, plan.steps, steps_per_save=plan.steps_per_save
+        )
+    elif isinstance(solver, AbstractAdaptiveSolver):
+        if steps_per_save is not None:
+            raise ValueError(
+                "steps_per_save applies to fixed-step solvers; an adaptive solver chooses its steps"
+            )
+        check_positive_number("dt", dt)
+        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
+            raise TypeError(f"max_steps must be a Python int (static), got {max_steps!r}")
+        check_positive_number("max_steps", max_steps, allow_none=False)
+        ys, stats, result = _solve_adaptive(solver, model, y0, times, dt, max_steps=int(max_steps))
+    else:
+        raise TypeError(f"{type(solver).__name__} is neither a fixed-step nor an adaptive solver")
+
+    solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
+    return _raise_if_failed(solution, max_steps) if throw else solution
+
+
+# --- input preparation (Python, at trace time) ----------------------------------------------
+
+
+def _as_state_leaf(x):
+    x = x if is_traced(x) else jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def _real_dtype(y0):
+    leaves = jax.tree.leaves(y0)
+    if not leaves:
+        raise ValueError("y0 is empty: pass the initial state as an array or a pytree of arrays")
+    dtype = jnp.result_type(*leaves)
+    return jnp.finfo(dtype).dtype  # the real dtype underlying a complex state
+
+
+def _cast_floats(tree, dtype):
+    def cast(x):
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return x.astype(dtype)
+        return x
+
+    return jax.tree.map(cast, tree)
+
+
+def _check_finite_inputs(model, y0) -> None:
+    bad = nonfinite_leaves(model)
+    if bad:
+        raise ValueError(
+            f"model {type(model).__name__} has non-finite parameter(s) {', '.join(bad)}: "
+            "every parameter must be a finite number"
+        )
+    bad = nonfinite_leaves(y0)
+    if bad:
+        where = "" if bad == ["(the value itself)"] else f" at {', '.join(bad)}"
+        raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
+
+
+def _check_state(model, y0, t0) -> None:
+    name = type(model).__name__
+    expected = model.state_shape()
+    if expected is not None and eqx.is_array(y0) and y0.shape != tuple(expected):
+        labels = f" ({', '.join(model.state_names)})" if model.state_names else ""
+        raise ValueError(f"y0 must have shape {tuple(expected)}{labels} for {name}, got {y0.shape}")
+    try:
+        out = eqx.filter_eval_shape(lambda m, t, y: m.vector_field(t, y), model, t0, y0)
+    except Exception as error:  # re-raised with the argument named; the cause stays chained
+        raise ValueError(
+            f"y0 does not fit {name}: its vector_field failed on a state of shape "
+            f"{_describe(y0)}: {error}"
+        ) from error
+    if jax.tree.structure(out) != jax.tree.structure(y0) or any(
+        a.shape != b.shape for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
+    ):
+        raise ValueError(
+            f"y0 does not fit {name}: for a state of shape {_describe(y0)} its vector_field "
+            f"returns {_describe(out)}; pass y0 with the model's state shape"
+        )
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0)):
+        if a.dtype != b.dtype:
+            raise TypeError(
+                f"{name}.vector_field returns {a.dtype} for a {b.dtype} state: a constant in the "
+                "model has a fixed dtype; build constants from the state (e.g. jnp.asarray(c, "
+                "y.dtype)) so results keep the input dtype"
+            )
+
+
+def _describe(tree) -> str:
+    shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
+    return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))
+
+
+# --- the compiled solves ----------------------------------------------------------------------
+
+
+def _valid_inputs(model, y0, ts, extra=True):
+    """Traced check of what could not be checked in Python because it was traced."""
+    increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
+    return all_finite(model) & all_finite(y0) & increasing & extra
+
+
+def _sanitize(valid, tree, fill):
+    """Replace a failing member's inputs by harmless ones so it cannot stall a batch (its outputs
+    are set to NaN afterwards and its result code says why)."""
+
+    def leaf(x):
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact):
+            return jnp.where(valid, x, jnp.asarray(fill, x.dtype))
+        return x
+
+    return jax.tree.map(leaf, tree)
+
+
+def _mask_invalid(valid, ys):
+    return jax.tree.map(lambda y: jnp.where(valid, y, jnp.nan), ys)
+
+
+def _nonfinite_code(ys):
+    finite = all_finite(ys)
+    return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state)
+
+
+@eqx.filter_jit
+def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int):
+    valid = _valid_inputs(model, y0, ts)
+    model, y0 = _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0)
+    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
+    masked = steps is not None
+    counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
+
+    def interval(y, xs):
+        t_start, t_end, count = xs
+        h = (t_end - t_start) / count.astype(ts.dtype)
+
+        def one_step(j, y):
+            y_next = solver.step(model, t_start + j.astype(ts.dtype) * h, y, h)
+            if masked:  # steps beyond this interval's own count leave the state unchanged
+                y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)
+            return y_next
+
+        y = lax.fori_loop(0, steps_per_save, one_step, y)
+        return y, y
+
+    _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts))
+    ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
+    num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
+    stats = {
+        "num_steps": num_steps,
+        "num_rejected_steps": jnp.zeros_like(num_steps),
+        "num_function_evals": num_steps * solver.evals_per_step,
+    }
+    result = jnp.where(valid, _nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
+    return _mask_invalid(valid, ys), stats, result
+
+
+@eqx.filter_jit
+def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int):
+    dtype = ts.dtype
+    rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
+    tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
+    valid = _valid_inputs(model, y0, ts, tolerances_ok)
+    model, y0 = _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0)
+    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=dtype))
+    rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
+    dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin)
+    inner = solver.to_diffrax()
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(model.vector_field),
+        inner,
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None if dt0 is None else jnp.asarray(dt0, dtype),
+        y0=y0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=False,
+    )
+    ys = solution.ys
+    diffrax_result = solution.result
+    code = jnp.select(
+        [
+            diffrax_result == diffrax.RESULTS.successful,
+            diffrax_result == diffrax.RESULTS.max_steps_reached,
+            diffrax_result == diffrax.RESULTS.dt_min_reached,
+            (diffrax_result == diffrax.RESULTS.nonlinear_divergence)
+            | (diffrax_result == diffrax.RESULTS.nonlinear_max_steps_reached),
+        ],
+        [
+            _nonfinite_code(ys),
+            RESULTS.max_steps_reached,
+            RESULTS.step_size_collapsed,
+            RESULTS.nonlinear_solver_failed,
+        ],
+        RESULTS.solver_failed,
+    )
+    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+    accepted = solution.stats["num_accepted_steps"]
+    rejected = solution.stats["num_rejected_steps"]
+    stats = {"num_steps": accepted, "num_rejected_steps": rejected}
+    if isinstance(inner, diffrax.AbstractERK):
+        tableau = inner.tableau
+        per_step = tableau.num_stages - (1 if tableau.fsal else 0)
+        stats["num_function_evals"] = (accepted + rejected) * per_step
+    return _mask_invalid(valid, ys), stats, result
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+_MESSAGES = tuple(code.message for code in RESULTS)
+
+
+def _raise_if_failed(solution: Solution, max_steps: int) -> Solution:
+    if is_traced(solution.result) or any_traced(solution.ys):
+        # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
+        checked = eqx.branched_error_if(
+            (solution.ys, solution.result),
+            solution.result != RESULTS.successful,
+            solution.result,
+            _MESSAGES,
+        )
+        return eqx.tree_at(lambda s: (s.ys, s.result), solution, checked)
+    code = RESULTS(int(solution.result))
+    if code == RESULTS.successful:
+        return solution
+    detail = ""
+    if code == RESULTS.nonfinite_state:
+        detail = _when_nonfinite(solution)
+    elif code == RESULTS.max_steps_reached:
+        detail = f"max_steps={max_steps}; " + _when_nonfinite(solution)
+    raise SimulationError(code, detail)
+
+
+def _when_nonfinite(solution: Solution) -> str:
+    finite = np.ones(np.shape(solution.ts), dtype=bool)
+    for leaf in jax.tree.leaves(solution.ys):
+        leaf = np.asarray(leaf)
+        finite &= np.isfinite(leaf).reshape(leaf.shape[0], -1).all(axis=1)
+    if finite.all():
+        return ""
+    first_bad = int(np.argmin(finite))
+    ts = np.asarray(solution.ts)
+    return (
+        f"The solution is finite up to t={ts[first_bad - 1]:.6g} and not at the next output "
+        f"time t={ts[first_bad]:.6g}"
+    )

@@ -1,0 +1,28 @@
+from .adaptive import (
+    AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    Diffrax as Diffrax,
+    Dopri5 as Dopri5,
+    Dopri8 as Dopri8,
+    Kvaerno5 as Kvaerno5,
+    Tsit5 as Tsit5,
+)
+from .base import (
+    AbstractFixedStepSolver as AbstractFixedStepSolver,
+    AbstractSolver as AbstractSolver,
+)
+from .runge_kutta import (
+    AbstractRungeKutta as AbstractRungeKutta,
+    ButcherTableau as ButcherTableau,
+    Euler as Euler,
+    Heun as Heun,
+    Midpoint as Midpoint,
+    Ralston as Ralston,
+    RK4 as RK4,
+    RK38 as RK38,
+)
+from .symplectic import (
+    AbstractSymplectic as AbstractSymplectic,
+    Leapfrog as Leapfrog,
+    SymplecticEuler as SymplecticEuler,
+    Yoshida4 as Yoshida4,
+)

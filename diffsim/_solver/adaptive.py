@@ -1,0 +1,104 @@
+"""Adaptive and stiff solvers, delegated to diffrax with a PID step-size controller.
+
+Tolerances are fields (traced), so changing `rtol`/`atol` does not recompile.
+"""
+
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._validate import as_optional_parameter, as_parameter, check_parameter, is_traced
+from .base import AbstractSolver
+
+
+class AbstractAdaptiveSolver(AbstractSolver):
+    """An adaptive solver: `rtol`, `atol` (traced), optional `dtmin` below which the solve stops
+    with `RESULTS.step_size_collapsed`."""
+
+    rtol: Array = eqx.field(default=1e-6, converter=as_parameter)
+    atol: Array = eqx.field(default=1e-9, converter=as_parameter)
+    dtmin: Array | None = eqx.field(default=None, converter=as_optional_parameter)
+
+    def __check_init__(self):
+        check_parameter(self, "rtol", nonnegative=True, ndim=0)
+        check_parameter(self, "atol", nonnegative=True)
+        check_parameter(self, "dtmin", positive=True, ndim=0)
+        if not (is_traced(self.rtol) or is_traced(self.atol)):
+            if float(self.rtol) == 0 and bool(jnp.all(self.atol == 0)):
+                raise ValueError(f"{type(self).__name__}: rtol and atol cannot both be 0")
+
+    def to_diffrax(self) -> diffrax.AbstractSolver:
+        """The diffrax solver that does the stepping."""
+        raise NotImplementedError
+
+
+class Tsit5(AbstractAdaptiveSolver):
+    """Tsitouras' 5(4) explicit Runge–Kutta pair, the default for non-stiff problems.
+
+    Ch. Tsitouras, *Runge–Kutta pairs of order 5(4) satisfying only the first column simplifying
+    assumption*, Comput. Math. Appl. 62 (2011)."""
+
+    order: ClassVar[int] = 5
+
+    def to_diffrax(self):
+        return diffrax.Tsit5()
+
+
+class Dopri5(AbstractAdaptiveSolver):
+    """Dormand–Prince 5(4) explicit Runge–Kutta pair (MATLAB's ode45)."""
+
+    order: ClassVar[int] = 5
+
+    def to_diffrax(self):
+        return diffrax.Dopri5()
+
+
+class Dopri8(AbstractAdaptiveSolver):
+    """Dormand–Prince 8(7) explicit Runge–Kutta pair, for tight tolerances on smooth problems."""
+
+    order: ClassVar[int] = 8
+
+    def to_diffrax(self):
+        return diffrax.Dopri8()
+
+
+class Kvaerno5(AbstractAdaptiveSolver):
+    """Kværnø's 5(4) ESDIRK method, L-stable, for stiff problems.
+
+    A. Kværnø, *Singly diagonally implicit Runge–Kutta methods with an explicit first stage*,
+    BIT 44 (2004)."""
+
+    order: ClassVar[int] = 5
+
+    def to_diffrax(self):
+        return diffrax.Kvaerno5()
+
+
+class Diffrax(AbstractAdaptiveSolver):
+    """Any diffrax ODE solver with an embedded error estimate, e.g.
+    `ds.Diffrax(diffrax.Kvaerno3(), rtol=1e-6)`."""
+
+    solver: diffrax.AbstractSolver = eqx.field(default=None)
+
+    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None):
+        if not isinstance(solver, diffrax.AbstractSolver):
+            raise TypeError(f"ds.Diffrax(solver): expected a diffrax solver, got {solver!r}")
+        if not isinstance(solver, diffrax.AbstractAdaptiveSolver):
+            raise TypeError(
+                f"ds.Diffrax({type(solver).__name__}()): this solver has no error estimate, so it "
+                "cannot adapt its step; use a fixed-step solver of diffsim (e.g. ds.RK4) instead"
+            )
+        self.solver = solver
+        self.rtol = as_parameter(rtol)
+        self.atol = as_parameter(atol)
+        self.dtmin = as_optional_parameter(dtmin)
+
+    @property
+    def order(self) -> int:  # type: ignore[override]
+        return self.solver.order(diffrax.ODETerm(lambda t, y, args: y))
+
+    def to_diffrax(self):
+        return self.solver

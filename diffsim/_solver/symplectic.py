@@ -1,0 +1,122 @@
+"""Symplectic splitting methods (fixed step) for separable systems.
+
+A step alternates *kicks* p += c·h·F(t, q) and *drifts* q += d·h·∂T/∂p with the coefficients of the
+method. They apply to `AbstractSeparableHamiltonian` models (F = −∂V/∂q) and to
+`AbstractSecondOrder` models whose acceleration does not depend on the velocity (p is then v and
+F the acceleration). Anything else is refused with a `TypeError`: a splitting of a non-separable
+system is neither symplectic nor of the stated order.
+"""
+
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from .._model import (
+    AbstractHamiltonian,
+    AbstractSecondOrder,
+    AbstractSeparableHamiltonian,
+    acceleration_depends_on_velocity,
+    join_pair,
+    split_pair,
+)
+from .base import AbstractFixedStepSolver
+
+
+def _drift_and_kick(model):
+    """The two halves of a separable model: drift(p) = dq/dt and kick(t, q, p) = dp/dt."""
+    if isinstance(model, AbstractSeparableHamiltonian):
+        return jax.grad(model.kinetic), lambda t, q, p: jax.tree.map(
+            jnp.negative, jax.grad(model.potential)(q)
+        )
+    return (lambda v: v), model.acceleration
+
+
+def _axpy(x, scale, dx):
+    return jax.tree.map(lambda a, b: a + scale * b, x, dx)
+
+
+class AbstractSymplectic(AbstractFixedStepSolver):
+    """A splitting method kick(k₀)·drift(d₀)·kick(k₁)·…·drift(d_{s−1})·kick(k_s)."""
+
+    kicks: ClassVar[tuple[float, ...]]
+    drifts: ClassVar[tuple[float, ...]]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "kicks" in cls.__dict__:
+            assert len(cls.kicks) == len(cls.drifts) + 1
+            assert abs(sum(cls.kicks) - 1) < 1e-12 and abs(sum(cls.drifts) - 1) < 1e-12
+            cls.evals_per_step = sum(1 for k in cls.kicks if k != 0)
+
+    def check_model(self, model, t0, y0) -> None:
+        name = type(self).__name__
+        if isinstance(model, AbstractSeparableHamiltonian):
+            return
+        if isinstance(model, AbstractHamiltonian):
+            raise TypeError(
+                f"{name} needs a separable Hamiltonian H = T(p) + V(q); "
+                f"{type(model).__name__} defines only hamiltonian(q, p). Subclass "
+                "ds.AbstractSeparableHamiltonian with kinetic(p) and potential(q), or use a "
+                "non-symplectic solver such as ds.RK4 or ds.Tsit5."
+            )
+        if isinstance(model, AbstractSecondOrder):
+            q, v = split_pair(y0)
+            if acceleration_depends_on_velocity(model, t0, q, v):
+                raise TypeError(
+                    f"{name} needs an acceleration that does not depend on the velocity, but "
+                    f"{type(model).__name__}.acceleration uses v (damping or another "
+                    "velocity-dependent force): the splitting would be neither symplectic nor of "
+                    f"order {self.order}. Use ds.RK4 or an adaptive solver such as ds.Tsit5."
+                )
+            return
+        raise TypeError(
+            f"{name} steps second-order or separable Hamiltonian models only; got "
+            f"{type(model).__name__}, a general first-order ODE. Use ds.RK4 or ds.Tsit5, or write "
+            "the model as a ds.AbstractSecondOrder or ds.AbstractSeparableHamiltonian."
+        )
+
+    def step(self, model, t, y, dt):
+        drift, kick = _drift_and_kick(model)
+        q, p = split_pair(y)
+        t_q = t  # the time the positions have reached; kicks are evaluated there
+        for k, d in zip(self.kicks, self.drifts):
+            if k != 0:
+                p = _axpy(p, k * dt, kick(t_q, q, p))
+            if d != 0:
+                q = _axpy(q, d * dt, drift(p))
+                t_q = t_q + d * dt
+        if self.kicks[-1] != 0:
+            p = _axpy(p, self.kicks[-1] * dt, kick(t_q, q, p))
+        return join_pair(y, q, p)
+
+
+class SymplecticEuler(AbstractSymplectic):
+    """Symplectic Euler (kick then drift): p₁ = p₀ + h F(q₀), q₁ = q₀ + h ∂T/∂p(p₁). Order 1."""
+
+    order = 1
+    kicks = (1.0, 0.0)
+    drifts = (1.0,)
+
+
+class Leapfrog(AbstractSymplectic):
+    """Velocity Verlet / leapfrog, kick–drift–kick. Order 2, time-reversible."""
+
+    order = 2
+    kicks = (0.5, 0.5)
+    drifts = (1.0,)
+
+
+_W1 = 1.0 / (2.0 - 2.0 ** (1.0 / 3.0))
+_W0 = 1.0 - 2.0 * _W1
+
+
+class Yoshida4(AbstractSymplectic):
+    """Yoshida's fourth-order method: the triple-jump composition of leapfrog steps of sizes
+    w₁h, w₀h, w₁h with w₁ = 1/(2 − 2^(1/3)), w₀ = 1 − 2w₁. Order 4.
+
+    H. Yoshida, *Construction of higher order symplectic integrators*, Phys. Lett. A 150 (1990)."""
+
+    order = 4
+    kicks = (_W1 / 2, (_W1 + _W0) / 2, (_W0 + _W1) / 2, _W1 / 2)
+    drifts = (_W1, _W0, _W1)

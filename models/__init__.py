@@ -1,0 +1,14 @@
+"""Physical models for diffsim, by field. Models are `equinox.Module`s; fields are parameters."""
+
+from .celestial import Kepler as Kepler, NBody as NBody
+from .chaos import Lorenz as Lorenz
+from .chemistry import Robertson as Robertson
+from .fields import Heat1D as Heat1D
+from .mechanics import (
+    DampedPendulum as DampedPendulum,
+    DoublePendulum as DoublePendulum,
+    Duffing as Duffing,
+    HarmonicOscillator as HarmonicOscillator,
+    VanDerPol as VanDerPol,
+)
+from .population import LotkaVolterra as LotkaVolterra, SEIR as SEIR, SIR as SIR
