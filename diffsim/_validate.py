@@ -23,6 +23,8 @@ def any_traced(tree) -> bool:
 def as_parameter(x):
     """Convert a physical parameter to an array so that `jit` traces it (no recompilation when
     its value changes). Integers become the default float dtype; floats keep their dtype."""
+    if isinstance(x, (bool, int, float)):  # Python scalars: the default float, not weakly typed
+        return jnp.asarray(x, dtype=jnp.result_type(float))
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))

@@ -1,0 +1,87 @@
+"""Registries of solvers and model cases that drive the conformance tests."""
+
+import jax.numpy as jnp
+
+import diffsim as ds
+import models
+
+FIXED_STEP_SOLVERS = [
+    ds.Euler(),
+    ds.Midpoint(),
+    ds.Heun(),
+    ds.Ralston(),
+    ds.RK4(),
+    ds.RK38(),
+    ds.SymplecticEuler(),
+    ds.Leapfrog(),
+    ds.Yoshida4(),
+]
+RUNGE_KUTTA_SOLVERS = [s for s in FIXED_STEP_SOLVERS if isinstance(s, ds.AbstractRungeKutta)]
+SYMPLECTIC_SOLVERS = [s for s in FIXED_STEP_SOLVERS if isinstance(s, ds.AbstractSymplectic)]
+ADAPTIVE_SOLVERS = [
+    ds.Tsit5(rtol=1e-8, atol=1e-8),
+    ds.Dopri5(rtol=1e-8, atol=1e-8),
+    ds.Dopri8(rtol=1e-8, atol=1e-8),
+    ds.Kvaerno5(rtol=1e-8, atol=1e-8),
+]
+ALL_SOLVERS = FIXED_STEP_SOLVERS + ADAPTIVE_SOLVERS
+
+
+def solver_id(solver) -> str:
+    return type(solver).__name__
+
+
+def _nbody_state():
+    q = jnp.array([[1.0, 0.0], [-0.5, 0.8], [-0.5, -0.8]])
+    p = jnp.array([[0.0, 0.5], [-0.4, -0.25], [0.4, -0.25]])
+    return jnp.stack([q, p])
+
+
+def _heat_state():
+    model = models.Heat1D(diffusivity=0.1, n=16)
+    return jnp.sin(jnp.pi * model.grid())
+
+
+# (model, y0, a solver that suits it, dt for a fixed-step solver over t in [0, 1]).
+# The Heat1D dt respects the explicit stability limit dx^2/(2 kappa) = 0.0173.
+MODEL_CASES = {
+    "HarmonicOscillator": (
+        models.HarmonicOscillator(omega=2.0),
+        jnp.array([1.0, 0.0]),
+        ds.Leapfrog(),
+        0.01,
+    ),
+    "DampedPendulum": (
+        models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1),
+        jnp.array([1.0, 0.0]),
+        ds.RK4(),
+        0.01,
+    ),
+    "DoublePendulum": (
+        models.DoublePendulum(),
+        jnp.array([[1.0, 0.5], [0.0, 0.0]]),
+        ds.RK4(),
+        0.01,
+    ),
+    "Duffing": (models.Duffing(), jnp.array([1.0, 0.0]), ds.RK4(), 0.01),
+    "VanDerPol": (models.VanDerPol(mu=1.0), jnp.array([2.0, 0.0]), ds.Tsit5(), None),
+    "Kepler": (models.Kepler(), models.Kepler().initial_state(0.5), ds.Yoshida4(), 0.01),
+    "NBody": (models.NBody(masses=jnp.ones(3)), _nbody_state(), ds.Leapfrog(), 0.01),
+    "Lorenz": (models.Lorenz(), jnp.array([1.0, 1.0, 1.0]), ds.Dopri5(), None),
+    "LotkaVolterra": (models.LotkaVolterra(), jnp.array([30.0, 4.0]), ds.RK4(), 0.01),
+    "SIR": (models.SIR(), jnp.array([990.0, 10.0, 0.0]), ds.RK38(), 0.01),
+    "SEIR": (models.SEIR(), jnp.array([990.0, 0.0, 10.0, 0.0]), ds.Tsit5(), None),
+    "Robertson": (models.Robertson(), jnp.array([1.0, 0.0, 0.0]), ds.Kvaerno5(), None),
+    "Heat1D": (models.Heat1D(diffusivity=0.1, n=16), _heat_state(), ds.RK4(), 0.01),
+}
+
+
+def first_parameter(model):
+    """Name of the first scalar floating parameter of a model (what the conformance tests vary)."""
+    import dataclasses
+
+    for field in dataclasses.fields(model):
+        value = getattr(model, field.name)
+        if hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating):
+            return field.name
+    raise AssertionError(f"{type(model).__name__} has no floating parameter")

@@ -1,0 +1,164 @@
+"""Every model with a suitable solver, and every solver on a common model, under `jit` and
+`vmap`: dtype kept, vmapped results equal to one-by-one results, no recompilation when parameter
+values change."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ALL_SOLVERS, MODEL_CASES, first_parameter, solver_id
+
+import diffsim as ds
+import models
+
+
+def _tolerance(dtype, solver=None):
+    """How far a vmapped result may be from the one-by-one result (relative to the scale)."""
+    if isinstance(solver, ds.AbstractAdaptiveSolver):
+        # Rounding differences between the batched and unbatched programs can flip an accept/reject
+        # decision of the step-size controller: a different, equally valid step sequence whose
+        # results differ within the solver's tolerance.
+        return max(10 * float(solver.rtol), 300 * float(jnp.finfo(dtype).eps))
+    # Fixed-step: the same arithmetic, possibly fused differently: a few hundred ulps.
+    return 300 * float(jnp.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("name", list(MODEL_CASES))
+def test_every_model_under_jit_and_vmap(name, dtype):
+    model, y0, solver, dt = MODEL_CASES[name]
+    y0 = jax.tree.map(lambda x: x.astype(dtype), y0)
+    ts = jnp.linspace(0.0, 1.0, 11, dtype=dtype)  # closed over: a constant of the trace
+    param = first_parameter(model)
+    kwargs = {} if dt is None else {"dt": dt}
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def run(value):
+        member = eqx.tree_at(lambda m: getattr(m, param), model, value)
+        return ds.simulate(member, y0, ts, solver=solver, throw=False, **kwargs)
+
+    base = getattr(model, param)
+    values = jnp.stack([base, base * 1.01, base * 0.99])
+    one_by_one = [run(v) for v in values]  # three values, one trace
+    for sol in one_by_one:
+        assert bool(sol.succeeded), (name, ds.RESULTS(int(sol.result)))
+        assert sol.ys.dtype == dtype
+    batched = jax.jit(jax.vmap(run))(values)
+    assert batched.ys.dtype == dtype and batched.ys.shape == (3, *one_by_one[0].ys.shape)
+    scale = max(float(jnp.max(jnp.abs(s.ys))) for s in one_by_one)
+    for i, sol in enumerate(one_by_one):
+        np.testing.assert_allclose(
+            batched.ys[i], sol.ys, atol=_tolerance(dtype, solver) * scale, rtol=0
+        )
+    assert not np.allclose(one_by_one[0].ys, one_by_one[1].ys)  # the parameter did take effect
+
+
+@pytest.mark.parametrize("solver", ALL_SOLVERS, ids=solver_id)
+def test_every_solver_under_jit_vmap_and_new_values(solver):
+    model = models.HarmonicOscillator(omega=2.0)
+    ts = jnp.linspace(0.0, 1.0, 6)
+    kwargs = {"dt": 0.01} if isinstance(solver, ds.AbstractFixedStepSolver) else {}
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def run(omega, y0):
+        return ds.simulate(
+            eqx.tree_at(lambda m: m.omega, model, omega),
+            y0,
+            ts,
+            solver=solver,
+            throw=False,
+            **kwargs,
+        ).ys
+
+    y0s = jnp.array([[1.0, 0.0], [0.5, 0.3], [0.0, 1.0]])
+    omegas = jnp.array([2.0, 2.5, 3.0])
+    singles = jnp.stack([run(w, y) for w, y in zip(omegas, y0s)])
+    batched = jax.vmap(run)(omegas, y0s)
+    np.testing.assert_allclose(batched, singles, atol=_tolerance(jnp.float64, solver), rtol=0)
+    for w, y, ys in zip(omegas, y0s, singles):
+        exact = models.HarmonicOscillator(omega=w).analytic_solution(y, ts)
+        # dt = 0.01 for fixed-step (Euler's error ~ h * t * omega^2 ~ 0.1), rtol 1e-8 adaptive
+        np.testing.assert_allclose(ys, exact, atol=0.2 if solver.order == 1 else 1e-3)
+
+
+def test_simulate_inside_user_jit_with_closed_over_ts():
+    # The documented pattern: ts is a constant of the user's jit, so dt is checked against it.
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
+    ts = jnp.linspace(0.0, 2.0, 21)
+
+    @jax.jit
+    def final_angle(length, y0):
+        m = models.DampedPendulum(length=length, gravity=9.81, damping=0.1)
+        return ds.simulate(m, y0, ts, solver=ds.RK4(), dt=0.01).ys[-1, 0]
+
+    y0 = jnp.array([1.0, 0.0])
+    eager = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.01).ys[-1, 0]
+    np.testing.assert_allclose(final_angle(jnp.asarray(1.0), y0), eager, rtol=1e-12)
+
+
+def test_traced_ts_with_steps_per_save():
+    model = models.HarmonicOscillator(omega=1.0)
+    y0 = jnp.array([1.0, 0.0])
+
+    @jax.jit
+    def run(ts):
+        return ds.simulate(model, y0, ts, solver=ds.RK4(), steps_per_save=50).ys
+
+    ts = jnp.linspace(0.0, 3.0, 4)
+    np.testing.assert_allclose(run(ts), model.analytic_solution(y0, ts), atol=1e-8)
+    # The output times are a traced input: a new grid reuses the compiled program.
+    np.testing.assert_allclose(run(ts * 2), model.analytic_solution(y0, ts * 2), atol=1e-7)
+
+
+def test_pytree_state_and_plain_function_model():
+    def decay(t, y, params):
+        return {"a": -params["k"] * y["a"], "b": params["k"] * y["a"]}
+
+    model = ds.ODE(decay, {"k": 0.5})
+    y0 = {"a": jnp.asarray(1.0), "b": jnp.asarray(0.0)}
+    ts = jnp.linspace(0.0, 2.0, 5)
+    for solver, kwargs in [(ds.RK4(), {"dt": 0.01}), (ds.Tsit5(rtol=1e-10, atol=1e-10), {})]:
+        sol = ds.simulate(model, y0, ts, solver=solver, **kwargs)
+        np.testing.assert_allclose(sol.ys["a"], jnp.exp(-0.5 * ts), atol=1e-8)
+        np.testing.assert_allclose(sol.ys["a"] + sol.ys["b"], 1.0, atol=1e-12)
+
+
+def test_vector_field_is_a_diffrax_term():
+    import diffrax
+
+    model = models.Lorenz()
+    y0 = jnp.array([1.0, 1.0, 1.0])
+    ts = jnp.linspace(0.0, 1.0, 5)
+    direct = diffrax.diffeqsolve(
+        diffrax.ODETerm(model.vector_field),
+        diffrax.Tsit5(),
+        0.0,
+        1.0,
+        None,
+        y0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-10),
+    )
+    ours = ds.simulate(model, y0, ts, solver=ds.Tsit5(rtol=1e-10, atol=1e-10))
+    np.testing.assert_allclose(ours.ys, direct.ys, rtol=1e-12)
+
+
+def test_non_uniform_grid_with_dt():
+    model = models.HarmonicOscillator(omega=1.0)
+    y0 = jnp.array([1.0, 0.0])
+    ts = jnp.array([0.0, 0.1, 0.5, 2.0])  # 10, 40 and 150 steps of 0.01
+    sol = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.01)
+    assert int(sol.stats["num_steps"]) == 200
+    np.testing.assert_allclose(sol.ys, model.analytic_solution(y0, ts), atol=1e-9)
+
+
+def test_second_order_state_as_tuple_or_stacked():
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.2)
+    ts = jnp.linspace(0.0, 1.0, 3)
+    stacked = ds.simulate(model, jnp.array([1.0, 0.0]), ts, solver=ds.RK4(), dt=0.01)
+    pair = ds.simulate(model, (jnp.asarray(1.0), jnp.asarray(0.0)), ts, solver=ds.RK4(), dt=0.01)
+    np.testing.assert_allclose(stacked.ys[:, 0], pair.ys[0], rtol=1e-14)
+    np.testing.assert_allclose(stacked.ys[:, 1], pair.ys[1], rtol=1e-14)
