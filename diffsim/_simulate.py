@@ -274,7 +274,9 @@ def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int):
     ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=dtype))
     rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin)
+    # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
+    # result code instead of being accepted with an error above the tolerance.
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
     inner = solver.to_diffrax()
     solution = diffrax.diffeqsolve(
         diffrax.ODETerm(model.vector_field),
