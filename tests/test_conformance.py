@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import ALL_SOLVERS, MODEL_CASES, first_parameter, solver_id
+from helpers import ALL_SOLVERS, first_parameter, MODEL_CASES, solver_id
 
 import diffsim as ds
 import models

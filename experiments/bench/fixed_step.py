@@ -75,7 +75,9 @@ def make_hand_scan(steps: int):
             k4 = f(t + dt, y + dt * k3)
             return (t + dt, y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)), None
 
-        (_, y), _ = lax.scan(step, (jnp.float32(0.0), jnp.array(Y0, jnp.float32)), None, length=steps)
+        (_, y), _ = lax.scan(
+            step, (jnp.float32(0.0), jnp.array(Y0, jnp.float32)), None, length=steps
+        )
         return y
 
     return jax.jit(jax.vmap(one))
@@ -142,6 +144,7 @@ def scipy_sample(lengths, dampings, sample: int):
     start = time.perf_counter()
     finals = []
     for length, damping in zip(np.asarray(lengths)[:sample], np.asarray(dampings)[:sample]):
+
         def rhs(t, y, length=float(length), damping=float(damping)):
             return [y[1], -(GRAVITY / length) * np.sin(y[0]) - damping * y[1]]
 
@@ -167,14 +170,21 @@ def main(argv=None):
         args.members, args.steps, args.scipy_sample, args.repeats = 500, 100, 5, 2
 
     lengths, dampings = ensemble(args.members)
-    print(f"# Fixed-step ensemble: damped pendulum, RK4, float32, {args.members:,} members x "
-          f"{args.steps:,} steps")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"jax {jax.__version__} on {jax.devices()[0].device_kind}, diffrax {diffrax.__version__}")
+    print(
+        f"# Fixed-step ensemble: damped pendulum, RK4, float32, {args.members:,} members x "
+        f"{args.steps:,} steps"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"jax {jax.__version__} on {jax.devices()[0].device_kind}, diffrax {diffrax.__version__}"
+    )
 
     results = {}
-    for name, make in [("diffsim", make_diffsim), ("hand-written vmap(scan)", make_hand_scan),
-                       ("diffrax (constant step)", make_diffrax)]:
+    for name, make in [
+        ("diffsim", make_diffsim),
+        ("hand-written vmap(scan)", make_hand_scan),
+        ("diffrax (constant step)", make_diffrax),
+    ]:
         compile_s, compiled = compile_seconds(make(args.steps), lengths, dampings)
         run_s = run_seconds(compiled, lengths, dampings, repeats=args.repeats)
         results[name] = (compile_s, run_s, np.asarray(compiled(lengths, dampings)))
@@ -184,31 +194,47 @@ def main(argv=None):
     results["NumPy (vectorized)"] = (None, time.perf_counter() - start, numpy_final)
 
     scipy_s, scipy_final = scipy_sample(lengths, dampings, args.scipy_sample)
-    results[f"scipy solve_ivp RK45 (x{args.members // args.scipy_sample} of {args.scipy_sample})"] = (
-        None, scipy_s * args.members / args.scipy_sample, None)
+    results[
+        f"scipy solve_ivp RK45 (x{args.members // args.scipy_sample} of {args.scipy_sample})"
+    ] = (None, scipy_s * args.members / args.scipy_sample, None)
 
     ours_compile, ours_run, ours_final = results["diffsim"]
     rows = []
     for name, (compile_s, run_s, final) in results.items():
         diff = "" if final is None else f"{np.max(np.abs(final - ours_final)):.1e}"
-        rows.append([
-            name,
-            "-" if compile_s is None else f"{compile_s:.3f}",
-            f"{run_s * 1e3:.1f}",
-            f"{run_s / ours_run:.2f}",
-            "-" if compile_s is None else f"{compile_s / ours_compile:.2f}",
-            diff,
-        ])
+        rows.append(
+            [
+                name,
+                "-" if compile_s is None else f"{compile_s:.3f}",
+                f"{run_s * 1e3:.1f}",
+                f"{run_s / ours_run:.2f}",
+                "-" if compile_s is None else f"{compile_s / ours_compile:.2f}",
+                diff,
+            ]
+        )
     print()
-    print(table(rows, ["method", "compile s", "run ms", "run / diffsim", "compile / diffsim",
-                       "max |final - diffsim|"]))
+    print(
+        table(
+            rows,
+            [
+                "method",
+                "compile s",
+                "run ms",
+                "run / diffsim",
+                "compile / diffsim",
+                "max |final - diffsim|",
+            ],
+        )
+    )
     scipy_diff = np.max(np.abs(scipy_final - ours_final[: args.scipy_sample]))
     print(f"\nscipy sample max |final - diffsim| = {scipy_diff:.1e} (RK45 at rtol 1e-6 vs RK4)")
 
     steps_list = [100, 100_000] if not args.quick else [10, 1_000]
     scaling = compile_scaling(steps_list, args.members)
-    print(f"\ndiffsim compile time at {steps_list[0]:,} steps: {scaling[0]:.3f} s, at "
-          f"{steps_list[1]:,} steps: {scaling[1]:.3f} s (ratio {scaling[1] / scaling[0]:.2f})")
+    print(
+        f"\ndiffsim compile time at {steps_list[0]:,} steps: {scaling[0]:.3f} s, at "
+        f"{steps_list[1]:,} steps: {scaling[1]:.3f} s (ratio {scaling[1] / scaling[0]:.2f})"
+    )
 
     hand = results["hand-written vmap(scan)"]
     dfx = results["diffrax (constant step)"]
@@ -218,12 +244,19 @@ def main(argv=None):
         (">= 2x faster than diffrax", dfx[1] / ours_run, dfx[1] >= 2 * ours_run),
         (">= 5x faster than NumPy", numpy_run / ours_run, numpy_run >= 5 * ours_run),
         ("compile <= 0.3x diffrax", ours_compile / dfx[0], ours_compile <= 0.3 * dfx[0]),
-        ("compile within 1.2x, 100 vs 100,000 steps", scaling[1] / scaling[0],
-         scaling[1] <= 1.2 * scaling[0]),
+        (
+            "compile within 1.2x, 100 vs 100,000 steps",
+            scaling[1] / scaling[0],
+            scaling[1] <= 1.2 * scaling[0],
+        ),
     ]
     print()
-    print(table([[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks],
-                ["target", "measured", "status"]))
+    print(
+        table(
+            [[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks],
+            ["target", "measured", "status"],
+        )
+    )
 
 
 if __name__ == "__main__":

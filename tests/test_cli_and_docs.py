@@ -1,0 +1,61 @@
+"""The command line, the demo, the README example and the benchmark's smoke run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_example_runs(monkeypatch):
+    # The README's 20-line example, executed as written (under the suite's float64 setting).
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## The API in 20 lines")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace["sol"].ys.shape == (101, 2)
+    assert namespace["final"].shape == (100, 2)
+
+
+def test_demo_writes_figure_and_gradient_matches_finite_difference(tmp_path):
+    from diffsim._demo import run
+
+    summary = run(tmp_path, quick=True)
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "demo.json").read_text())["sweep_members"] == 256
+    # Central difference with h = 1e-3 has truncation error ~h^2 * f''' ~ 1e-6 relative here.
+    assert summary["gradient"] == pytest.approx(summary["finite_difference"], rel=1e-4)
+    assert summary["rk4_vs_tsit5_max_difference"] < 1e-5  # RK4 at dt = 0.01: error ~1e-6
+
+
+def test_python_dash_m_info():
+    out = subprocess.run(
+        [sys.executable, "-m", "diffsim", "info"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert out.stdout.startswith("diffsim ") and "jax " in out.stdout
+
+
+def test_cli_rejects_unknown_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "diffsim", "frobnicate"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+def test_fixed_step_benchmark_smoke():
+    # Smoke only (no speed assertions in tests): the quick run completes and prints its tables.
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "experiments/bench/fixed_step.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert "hand-written vmap(scan)" in out.stdout and "compile within 1.2x" in out.stdout
