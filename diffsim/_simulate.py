@@ -1,13 +1,16 @@
 """`simulate`: model + solver + output times → `Solution`."""
 
+from collections import OrderedDict
+
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jaxtyping import Array, PyTree
+from jaxtyping import Array, Float, Int, PyTree
 
+from ._custom_types import State, Times
 from ._model import AbstractODE
 from ._results import RESULTS, SimulationError
 from ._solver.adaptive import AbstractAdaptiveSolver
@@ -29,10 +32,10 @@ class Solution(eqx.Module):
     - `result`: int32 code, `ds.RESULTS.successful` (0) when the solve succeeded.
     """
 
-    ts: Array
-    ys: PyTree
-    stats: dict
-    result: Array
+    ts: Float[Array, " times"]
+    ys: PyTree[Array]
+    stats: dict[str, Int[Array, ""]]
+    result: Int[Array, ""]
 
     @property
     def succeeded(self) -> Array:
@@ -42,8 +45,8 @@ class Solution(eqx.Module):
 
 def simulate(
     model: AbstractODE,
-    y0: PyTree,
-    ts,
+    y0: State,
+    ts: Times,
     *,
     solver: AbstractSolver,
     dt: float | None = None,
@@ -102,10 +105,10 @@ def simulate(
     _check_finite_inputs(model, y0)
     model = _cast_floats(model, real_dtype)
     times = ts.astype(real_dtype)
-    _check_state(model, y0, times[0])
+    _once(_check_state, model, y0, times[0])
 
     if isinstance(solver, AbstractFixedStepSolver):
-        solver.check_model(model, times[0], y0)
+        _once(solver.check_model, model, times[0], y0)
         plan = plan_fixed_steps(ts, dt, steps_per_save, type(solver).__name__)
         ys, stats, result = _solve_fixed(
             solver, model, y0, times, plan.steps, steps_per_save=plan.steps_per_save
@@ -165,6 +168,39 @@ def _check_finite_inputs(model, y0) -> None:
     if bad:
         where = "" if bad == ["(the value itself)"] else f" at {', '.join(bad)}"
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
+
+
+_PASSED_CHECKS: OrderedDict = OrderedDict()
+_MAX_REMEMBERED = 1024
+
+
+def _once(check, *args) -> None:
+    """Run a trace-time check, skipping it when it already passed for arguments of the same
+    structure, shapes and dtypes (what these checks depend on). Saves a trace per eager call."""
+    key = _abstract_signature(check, *args)
+    if key is not None and key in _PASSED_CHECKS:
+        return
+    check(*args)
+    if key is not None:
+        _PASSED_CHECKS[key] = None
+        if len(_PASSED_CHECKS) > _MAX_REMEMBERED:
+            _PASSED_CHECKS.popitem(last=False)
+
+
+def _abstract_signature(*trees):
+    leaves, treedef = jax.tree.flatten(trees)
+    signature = []
+    for leaf in leaves:
+        if isinstance(leaf, (jax.Array, np.ndarray)):
+            signature.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
+        else:
+            signature.append(("value", type(leaf), leaf))
+    key = (treedef, tuple(signature))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _check_state(model, y0, t0) -> None:

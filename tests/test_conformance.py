@@ -4,6 +4,7 @@ values change."""
 
 import equinox as eqx
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -162,3 +163,49 @@ def test_second_order_state_as_tuple_or_stacked():
     pair = ds.simulate(model, (jnp.asarray(1.0), jnp.asarray(0.0)), ts, solver=ds.RK4(), dt=0.01)
     np.testing.assert_allclose(stacked.ys[:, 0], pair.ys[0], rtol=1e-14)
     np.testing.assert_allclose(stacked.ys[:, 1], pair.ys[1], rtol=1e-14)
+
+
+def test_program_size_does_not_grow_with_the_number_of_steps():
+    # The time loop is a scan: the traced program is the same for 10 and 100,000 steps, which is
+    # why compile time does not depend on the step count (measured in experiments/bench).
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
+    y0 = jnp.array([1.0, 0.0])
+
+    def size(jaxpr):  # equations, counting those inside loops and branches
+        return len(jaxpr.eqns) + sum(size(sub) for sub in jax.extend.core.subjaxprs(jaxpr))
+
+    def program(steps):
+        ts = jnp.array([0.0, 10.0])
+        run = lambda y: ds.simulate(model, y, ts, solver=ds.RK4(), dt=10.0 / steps).ys  # noqa: E731
+        return size(jax.make_jaxpr(run)(y0).jaxpr)
+
+    assert program(10) == program(100_000)
+
+
+@pytest.mark.parametrize("name", list(MODEL_CASES))
+def test_vector_field_of_every_model_is_a_diffrax_term(name):
+    import diffrax
+
+    model, y0, _, _ = MODEL_CASES[name]
+    term = diffrax.ODETerm(model.vector_field)
+    expected = model.vector_field(jnp.asarray(0.3), y0)
+    got = term.vf(jnp.asarray(0.3), y0, None)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got, expected))
+
+
+def test_hessian_through_a_fixed_step_solve():
+    # DESIGN's example: jax.hessian of a loss through RK4, against central differences of grad.
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
+    y0 = jnp.array([1.0, 0.0])
+    ts = jnp.linspace(0.0, 2.0, 21)
+    data = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.01).ys[:, 0] + 0.05
+
+    def loss(length):
+        m = eqx.tree_at(lambda m: m.length, model, length)
+        return jnp.mean((ds.simulate(m, y0, ts, solver=ds.RK4(), dt=0.01).ys[:, 0] - data) ** 2)
+
+    length = jnp.asarray(1.1)
+    hessian = jax.hessian(loss)(length)
+    h = 1e-4  # central difference of an exact gradient: error ~h^2 * f'''' ~ 1e-8 relative
+    fd = (jax.grad(loss)(length + h) - jax.grad(loss)(length - h)) / (2 * h)
+    np.testing.assert_allclose(hessian, fd, rtol=1e-6)
