@@ -1,5 +1,6 @@
 """`simulate`: model + solver + output times → `Solution`."""
 
+import math
 from collections import OrderedDict
 
 import diffrax
@@ -53,6 +54,8 @@ def simulate(
     steps_per_save: int | None = None,
     max_steps: int = 100_000,
     throw: bool = True,
+    checkpoint: int | str | None = "auto",
+    adjoint: str | diffrax.AbstractAdjoint = "auto",
 ) -> Solution:
     """Solve the model from `y0` at `ts[0]` and return the states at every time in `ts`.
 
@@ -110,19 +113,44 @@ def simulate(
     if isinstance(solver, AbstractFixedStepSolver):
         _once(solver.check_model, model, times[0], y0)
         plan = plan_fixed_steps(ts, dt, steps_per_save, type(solver).__name__)
+        if adjoint != "auto":
+            raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
+        total = plan.steps_per_save * (times.shape[0] - 1)
         ys, stats, result = _solve_fixed(
-            solver, model, y0, times, plan.steps, steps_per_save=plan.steps_per_save
+            solver,
+            model,
+            y0,
+            times,
+            plan.steps,
+            steps_per_save=plan.steps_per_save,
+            block=_checkpoint_block(checkpoint, total, plan.steps_per_save),
         )
     elif isinstance(solver, AbstractAdaptiveSolver):
-        if steps_per_save is not None:
+        if steps_per_save is not None or checkpoint != "auto":
             raise ValueError(
-                "steps_per_save applies to fixed-step solvers; an adaptive solver chooses its steps"
+                "steps_per_save and checkpoint apply to fixed-step solvers; an adaptive solver "
+                "chooses its steps (its derivatives are set by adjoint)"
             )
         check_positive_number("dt", dt)
         if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
             raise TypeError(f"max_steps must be a Python int (static), got {max_steps!r}")
         check_positive_number("max_steps", max_steps, allow_none=False)
-        ys, stats, result = _solve_adaptive(solver, model, y0, times, dt, max_steps=int(max_steps))
+        if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
+            raise ValueError(
+                f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
+            )
+        try:
+            ys, stats, result = _solve_adaptive(
+                solver, model, y0, times, dt, max_steps=int(max_steps), adjoint=adjoint
+            )
+        except TypeError as error:
+            if "forward-mode autodiff" not in str(error):
+                raise
+            raise TypeError(
+                f"adjoint={adjoint!r} supports reverse mode only (jax.grad, jax.jacrev, "
+                "jax.vjp); for forward mode (jax.jvp, jax.jacfwd, jax.hessian) use "
+                "simulate(..., adjoint='auto'), the default"
+            ) from None
     else:
         raise TypeError(f"{type(solver).__name__} is neither a fixed-step nor an adaptive solver")
 
@@ -262,13 +290,58 @@ def _mask_invalid(valid, ys):
     return jax.tree.map(lambda y: jnp.where(valid, y, jnp.nan), ys)
 
 
+def _advance(one_step, y, steps: int, block: int | None):
+    """Apply `one_step(j, y)` for j = 0 .. steps-1. With `block`, long runs are cut into blocks of
+    `block` steps under `jax.checkpoint`: reverse mode then stores one state per block and
+    recomputes each block's steps once, so memory grows like steps/block + block (O(sqrt(steps))
+    for block ~ sqrt(steps)) instead of like steps."""
+    if block is None or steps <= block:
+        return lax.fori_loop(0, steps, one_step, y)
+    n_blocks, rest = divmod(steps, block)
+
+    @jax.checkpoint
+    def run_block(y, first):
+        return lax.fori_loop(0, block, lambda i, y: one_step(first + i, y), y), None
+
+    y, _ = lax.scan(run_block, y, jnp.arange(n_blocks, dtype=jnp.int32) * block)
+    if rest:
+        tail = jax.checkpoint(lambda y: lax.fori_loop(n_blocks * block, steps, one_step, y))
+        y = tail(y)
+    return y
+
+
+def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int | None:
+    """Steps per checkpointed block for a fixed-step run of `total_steps` steps."""
+    if checkpoint is None:
+        return None
+    if checkpoint == "auto":
+        target = math.isqrt(total_steps - 1) + 1  # ceil(sqrt(total_steps))
+        if steps_per_save <= target:
+            return target
+        # Prefer a divisor of the interval's step count near the target: no tail loop to compile.
+        divisors = [
+            d for d in range(max(1, target // 2), 2 * target + 1) if steps_per_save % d == 0
+        ]
+        return min(divisors, key=lambda d: abs(d - target)) if divisors else target
+    if (
+        isinstance(checkpoint, bool)
+        or not isinstance(checkpoint, (int, np.integer))
+        or checkpoint < 1
+    ):
+        raise ValueError(
+            f"checkpoint must be 'auto', None (store every step) or an int >= 1 (steps per "
+            f"checkpointed block), got {checkpoint!r}"
+        )
+    return int(checkpoint)
+
+
 def _nonfinite_code(ys):
     finite = all_finite(ys)
     return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state)
 
 
 @eqx.filter_jit
-def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int):
+def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None):
     valid = _valid_inputs(model, y0, ts)
     model, y0 = _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0)
     ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
@@ -285,9 +358,13 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int):
                 y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)
             return y_next
 
-        y = lax.fori_loop(0, steps_per_save, one_step, y)
+        y = _advance(one_step, y, steps_per_save, block)
         return y, y
 
+    if block is not None and steps_per_save <= block:
+        # Short intervals: reverse mode keeps one state per output time and recomputes the steps
+        # of one interval at a time.
+        interval = jax.checkpoint(interval)
     _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts))
     ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
     num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
@@ -301,7 +378,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int):
 
 
 @eqx.filter_jit
-def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int):
+def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
     tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
@@ -310,49 +387,97 @@ def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int):
     ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=dtype))
     rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
-    # result code instead of being accepted with an error above the tolerance.
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
+    dt0 = None if dt0 is None else jnp.asarray(dt0, dtype)
     inner = solver.to_diffrax()
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(model.vector_field),
-        inner,
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=None if dt0 is None else jnp.asarray(dt0, dtype),
-        y0=y0,
-        saveat=diffrax.SaveAt(ts=ts),
-        stepsize_controller=controller,
-        max_steps=max_steps,
-        throw=False,
-    )
-    ys = solution.ys
-    diffrax_result = solution.result
-    code = jnp.select(
-        [
-            diffrax_result == diffrax.RESULTS.successful,
-            diffrax_result == diffrax.RESULTS.max_steps_reached,
-            diffrax_result == diffrax.RESULTS.dt_min_reached,
-            (diffrax_result == diffrax.RESULTS.nonlinear_divergence)
-            | (diffrax_result == diffrax.RESULTS.nonlinear_max_steps_reached),
-        ],
-        [
-            _nonfinite_code(ys),
-            RESULTS.max_steps_reached,
-            RESULTS.step_size_collapsed,
-            RESULTS.nonlinear_solver_failed,
-        ],
-        RESULTS.solver_failed,
-    )
+    args = (model, y0, ts, rtol, atol, dtmin, dt0)
+    if adjoint == "auto":
+        ys, code, accepted, rejected = _diffeqsolve_any_order(
+            *args, inner=inner, max_steps=max_steps
+        )
+    else:
+        adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint == "checkpoint" else adjoint
+        ys, code, accepted, rejected = _diffeqsolve(
+            *args, inner=inner, max_steps=max_steps, adjoint=adjoint
+        )
+    code = jnp.where(code == RESULTS.successful, _nonfinite_code(ys), code)
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    accepted = solution.stats["num_accepted_steps"]
-    rejected = solution.stats["num_rejected_steps"]
     stats = {"num_steps": accepted, "num_rejected_steps": rejected}
     if isinstance(inner, diffrax.AbstractERK):
         tableau = inner.tableau
         per_step = tableau.num_stages - (1 if tableau.fsal else 0)
         stats["num_function_evals"] = (accepted + rejected) * per_step
     return _mask_invalid(valid, ys), stats, result
+
+
+def _diffeqsolve(model, y0, ts, rtol, atol, dtmin, dt0, *, inner, max_steps, adjoint):
+    """One diffrax solve saving at `ts`; returns (ys, our result code, accepted, rejected)."""
+    # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
+    # result code instead of being accepted with an error above the tolerance.
+    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
+    solution = diffrax.diffeqsolve(
+        diffrax.ODETerm(model.vector_field),
+        inner,
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=dt0,
+        y0=y0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=False,
+        adjoint=adjoint,
+    )
+    status = solution.result
+    code = jnp.select(
+        [
+            status == diffrax.RESULTS.successful,
+            status == diffrax.RESULTS.max_steps_reached,
+            status == diffrax.RESULTS.dt_min_reached,
+            (status == diffrax.RESULTS.nonlinear_divergence)
+            | (status == diffrax.RESULTS.nonlinear_max_steps_reached),
+        ],
+        [
+            RESULTS.successful,
+            RESULTS.max_steps_reached,
+            RESULTS.step_size_collapsed,
+            RESULTS.nonlinear_solver_failed,
+        ],
+        RESULTS.solver_failed,
+    ).astype(jnp.int32)
+    stats = solution.stats
+    return solution.ys, code, stats["num_accepted_steps"], stats["num_rejected_steps"]
+
+
+@eqx.filter_custom_jvp
+def _diffeqsolve_any_order(model, y0, ts, rtol, atol, dtmin, dt0, *, inner, max_steps):
+    """The default adaptive solve. Undifferentiated it runs diffrax's plain loop (fastest);
+    differentiated, the rule below runs forward mode through `diffrax.DirectAdjoint`, whose
+    bounded loop JAX can also transpose. So `jax.grad`, `jax.jacfwd`, `jax.jvp` and
+    `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop."""
+    return _diffeqsolve(
+        model,
+        y0,
+        ts,
+        rtol,
+        atol,
+        dtmin,
+        dt0,
+        inner=inner,
+        max_steps=max_steps,
+        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+    )
+
+
+@_diffeqsolve_any_order.def_jvp
+def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps):
+    def solve(*args):
+        return _diffeqsolve(
+            *args, inner=inner, max_steps=max_steps, adjoint=diffrax.DirectAdjoint()
+        )
+
+    primal_out, tangent_out = eqx.filter_jvp(solve, primals, tangents)
+    ys, code, accepted, rejected = primal_out
+    return primal_out, (tangent_out[0], None, None, None)
 
 
 # --- failures ----------------------------------------------------------------------------------

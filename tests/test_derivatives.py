@@ -1,0 +1,248 @@
+"""Derivatives through every solver: every transformation against closed forms, finite
+differences and each other (float64).
+
+The problem is the damped oscillator x'' = -omega^2 x - 2 gamma x', whose solution is known in
+closed form (`HarmonicOscillator.analytic_solution`); the derivatives of that closed form by
+autodiff are the exact reference. Inputs theta = (omega, gamma, x0, v0, t1): parameters, initial
+state and the final time all at once; outputs x, v at t1/2 and t1.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import ALL_SOLVERS, solver_id
+
+import diffsim as ds
+import models
+
+THETA = jnp.array([2.0, 0.3, 1.0, -0.5, 1.5])
+
+
+def _uses_damping(solver):
+    return not isinstance(solver, ds.AbstractSymplectic)  # splittings need v-free forces
+
+
+def _model(theta, damped):
+    return models.HarmonicOscillator(omega=theta[0], damping=theta[1] if damped else None)
+
+
+def _outputs(solver, **options):
+    damped = _uses_damping(solver)
+    # Fixed step: the step count per output interval, from the method's order, so that the
+    # discretisation error of the derivatives is ~1e-4 (order 1), ~1e-6 (2), ~1e-9 (4).
+    steps = {1: 2000, 2: 500}.get(solver.order, 100)
+
+    def outputs(theta):
+        ts = jnp.stack([0.0, theta[4] / 2, theta[4]])
+        kwargs = {"steps_per_save": steps} if isinstance(solver, ds.AbstractFixedStepSolver) else {}
+        sol = ds.simulate(_model(theta, damped), theta[2:4], ts, solver=solver, **kwargs, **options)
+        return sol.ys[1:].ravel()
+
+    def exact(theta):
+        ts = jnp.stack([0.0, theta[4] / 2, theta[4]])
+        return _model(theta, damped).analytic_solution(theta[2:4], ts)[1:].ravel()
+
+    return outputs, exact
+
+
+def _tolerance(solver):
+    """Agreement expected with the closed form: the method's discretisation error (fixed step,
+    steps chosen above) or a multiple of rtol = 1e-10 (adaptive), amplified by differentiation."""
+    if isinstance(solver, ds.Kvaerno5):
+        # The implicit method's Newton iterations (tolerance tied to rtol) also enter the
+        # tangents: second derivatives with respect to t1 are off by 2e-5 relative (measured).
+        return 1e-4
+    if isinstance(solver, ds.AbstractAdaptiveSolver):
+        return 1e-6
+    return {1: 2e-2, 2: 1e-4}.get(solver.order, 1e-6)
+
+
+SOLVERS = [
+    s
+    if not isinstance(s, ds.AbstractAdaptiveSolver)
+    else eqx.tree_at(lambda s: (s.rtol, s.atol), s, (jnp.asarray(1e-10), jnp.asarray(1e-10)))
+    for s in ALL_SOLVERS
+]
+TSIT5, KVAERNO5 = SOLVERS[-4], SOLVERS[-1]
+# Dopri5 and Dopri8 take the same code path as Tsit5 (explicit diffrax solver, same adjoint) and
+# each costs ~50 s of compilation here: they run with the slow extras (pytest -m slow).
+SOLVER_PARAMS = [
+    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, (ds.Dopri5, ds.Dopri8)) else s
+    for s in SOLVERS
+]
+# Kvaerno5's first derivatives (~40 s to compile) are slow extras too; its Hessian, forward over
+# reverse mode, runs by default and exercises both modes of the implicit solve.
+FIRST_DERIVATIVE_PARAMS = [
+    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, ds.Kvaerno5) else s
+    for s in SOLVER_PARAMS
+]
+
+
+@pytest.mark.parametrize("solver", FIRST_DERIVATIVE_PARAMS, ids=solver_id)
+def test_first_derivatives_every_transformation(solver):
+    outputs, exact = _outputs(solver)
+    tol = _tolerance(solver)
+    reference = jax.jacfwd(exact)(THETA)
+    forward = jax.jacfwd(outputs)(THETA)
+    reverse = jax.jacrev(outputs)(THETA)
+    np.testing.assert_allclose(forward, reference, atol=tol * 10, rtol=tol)
+    # Forward and reverse mode differentiate the same computation: agreement to round-off.
+    np.testing.assert_allclose(forward, reverse, atol=1e-9, rtol=1e-9)
+    direction = jnp.array([0.3, -0.2, 0.5, 0.1, 0.7])
+    value, tangent = jax.jvp(outputs, (THETA,), (direction,))
+    np.testing.assert_allclose(tangent, forward @ direction, atol=1e-9, rtol=1e-9)
+    cotangent = jnp.linspace(-1.0, 1.0, value.shape[0])
+    (pullback,) = jax.vjp(outputs, THETA)[1](cotangent)
+    np.testing.assert_allclose(pullback, cotangent @ forward, atol=1e-9, rtol=1e-9)
+    loss_value, grad = jax.value_and_grad(lambda t: jnp.sum(outputs(t) ** 2))(THETA)
+    np.testing.assert_allclose(grad, 2 * value @ forward, atol=1e-9, rtol=1e-9)
+    np.testing.assert_allclose(loss_value, jnp.sum(value**2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver", SOLVER_PARAMS, ids=solver_id)
+def test_hessian_every_solver(solver):
+    outputs, exact = _outputs(solver)
+
+    def loss(theta):
+        return jnp.sum(outputs(theta) ** 2)
+
+    hessian = jax.hessian(loss)(THETA)
+    reference = jax.hessian(lambda t: jnp.sum(exact(t) ** 2))(THETA)
+    tol = _tolerance(solver)
+    np.testing.assert_allclose(hessian, reference, atol=tol * 10, rtol=tol)
+    np.testing.assert_allclose(hessian, hessian.T, atol=1e-8)
+    if isinstance(solver, ds.AbstractFixedStepSolver):
+        # Central differences of the exact gradient of the same discretisation: h = 1e-5 gives
+        # truncation ~h^2 * |d^4 L| ~ 1e-9 and round-off ~eps/h ~ 1e-11.
+        h = 1e-5
+        grad = jax.jit(jax.grad(loss))
+        columns = [(grad(THETA + h * e) - grad(THETA - h * e)) / (2 * h) for e in jnp.eye(5)]
+        np.testing.assert_allclose(hessian, jnp.stack(columns, axis=1), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [ds.RK4(), ds.Leapfrog(), pytest.param(TSIT5, marks=pytest.mark.slow)],  # Tsit5: ~30 s
+    ids=solver_id,
+)
+def test_vmap_of_grad_equals_grad_of_vmap(solver):
+    outputs, _ = _outputs(solver)
+
+    def loss(theta):
+        return jnp.sum(outputs(theta) ** 2)
+
+    thetas = THETA * jnp.array([[1.0], [1.1], [0.9]])
+    per_member = jax.vmap(jax.grad(loss))(thetas)
+    of_sum = jax.grad(lambda ts: jnp.sum(jax.vmap(loss)(ts)))(thetas)
+    # Adaptive members may take slightly different steps batched or not (see test_conformance).
+    tol = 1e-6 if isinstance(solver, ds.AbstractAdaptiveSolver) else 1e-10
+    np.testing.assert_allclose(per_member, of_sum, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("checkpoint", ["auto", None, 7])
+def test_checkpointing_does_not_change_derivatives(checkpoint):
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
+    ts = jnp.array([0.0, 0.3, 2.0])  # uneven intervals: 30 and 170 steps of 0.01
+
+    def loss(length, checkpoint):
+        m = eqx.tree_at(lambda m: m.length, model, length)
+        ys = ds.simulate(
+            m, jnp.array([1.0, 0.0]), ts, solver=ds.RK4(), dt=0.01, checkpoint=checkpoint
+        ).ys
+        return jnp.sum(ys**2)
+
+    length = jnp.asarray(1.3)
+    loss = jax.jit(loss, static_argnums=1)
+    np.testing.assert_allclose(
+        jax.grad(loss)(length, checkpoint), jax.grad(loss)(length, None), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        jax.hessian(loss)(length, checkpoint), jax.hessian(loss)(length, None), rtol=1e-10
+    )
+
+
+def test_reverse_only_adjoint_says_which_option_makes_forward_mode_work():
+    solver = TSIT5
+
+    def f(theta):
+        ts = jnp.stack([0.0, theta[4]])
+        return ds.simulate(
+            _model(theta, True), theta[2:4], ts, solver=solver, adjoint="checkpoint"
+        ).ys
+
+    with pytest.raises(TypeError, match="adjoint='auto'"):
+        jax.jacfwd(f)(THETA)
+
+
+def test_option_errors():
+    model = models.HarmonicOscillator()
+    ts = jnp.linspace(0.0, 1.0, 3)
+    with pytest.raises(ValueError, match="checkpoint must be"):
+        ds.simulate(model, jnp.ones(2), ts, solver=ds.RK4(), dt=0.01, checkpoint=0)
+    with pytest.raises(ValueError, match="adjoint applies to adaptive solvers"):
+        ds.simulate(model, jnp.ones(2), ts, solver=ds.RK4(), dt=0.01, adjoint="checkpoint")
+    with pytest.raises(ValueError, match="adjoint must be"):
+        ds.simulate(model, jnp.ones(2), ts, solver=ds.Tsit5(), adjoint="magic")
+    with pytest.raises(ValueError, match="apply to fixed-step solvers"):
+        ds.simulate(model, jnp.ones(2), ts, solver=ds.Tsit5(), checkpoint=10)
+
+
+def test_second_derivatives_of_hamiltonian_and_lagrangian_parameters():
+    # Equations of motion from jax.grad (Kepler) and jax.hessian (double pendulum) are themselves
+    # differentiated twice with respect to the parameters; checked against finite differences.
+    kepler_ts, pendulum_ts = jnp.array([0.0, 2.0]), jnp.array([0.0, 1.0])  # constants of the jit
+
+    def kepler_loss(mu):
+        model = models.Kepler(mu=mu)
+        ys = ds.simulate(
+            model, model.initial_state(0.3), kepler_ts, solver=ds.Yoshida4(), dt=0.01
+        ).ys
+        return jnp.sum(ys[-1] ** 2)
+
+    def pendulum_loss(length2):
+        model = models.DoublePendulum(length2=length2)
+        y0 = jnp.array([[0.5, 0.2], [0.0, 0.0]])
+        return jnp.sum(ds.simulate(model, y0, pendulum_ts, solver=ds.RK4(), dt=0.01).ys[-1] ** 2)
+
+    for loss, x in [(kepler_loss, jnp.asarray(1.2)), (pendulum_loss, jnp.asarray(0.8))]:
+        value, grad = jax.jit(loss), jax.jit(jax.grad(loss))
+        h = 1e-4  # central difference of the exact gradient; truncation ~h^2 ~ 1e-8 relative
+        fd = (grad(x + h) - grad(x - h)) / (2 * h)
+        np.testing.assert_allclose(jax.jit(jax.hessian(loss))(x), fd, rtol=1e-6)
+        fd1 = (value(x + h) - value(x - h)) / (2 * h)
+        np.testing.assert_allclose(grad(x), fd1, rtol=1e-6)
+
+
+def test_nbody_gradient_finite_at_close_approach():
+    # Two bodies passing within 1e-3 of each other (no softening): a finite, correct gradient.
+    model = models.NBody(masses=jnp.array([1.0, 1e-3]))
+
+    def loss(offset):
+        q = jnp.array([[0.0, 0.0], [-0.1, offset]])
+        p = jnp.array([[0.0, 0.0], [1e-3 * 1.0, 0.0]])  # the light body moves at speed 1
+        ys = ds.simulate(model, (q, p), jnp.array([0.0, 0.2]), solver=ds.Leapfrog(), dt=1e-4).ys
+        return jnp.sum(ys[0][-1, 1])
+
+    g = jax.grad(loss)(jnp.asarray(1e-3))
+    assert jnp.isfinite(g)
+
+
+def test_no_recompilation_when_differentiated_values_change():
+    model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
+    ts = jnp.linspace(0.0, 1.0, 5)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def grad(length):
+        def loss(length):
+            member = eqx.tree_at(lambda m: m.length, model, length)
+            return jnp.sum(
+                ds.simulate(member, jnp.array([1.0, 0.0]), ts, solver=ds.Tsit5()).ys ** 2
+            )
+
+        return jax.grad(loss)(length)
+
+    for value in [1.0, 1.5, 2.0]:
+        assert jnp.isfinite(grad(jnp.asarray(value)))
