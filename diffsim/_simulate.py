@@ -98,9 +98,9 @@ def simulate(
     `checkpoint=None`, which is faster when memory is no concern). Adaptive solves run diffrax's
     plain loop when not differentiated; differentiated, forward mode runs through
     `diffrax.DirectAdjoint` and reverse mode is its transpose, so every order works, at the cost
-    of DirectAdjoint's slower loop (measured ~1.6x diffrax's default `RecursiveCheckpointAdjoint`
-    for a gradient). `adjoint="checkpoint"` selects the latter for the fastest reverse mode; it
-    cannot do forward mode and says so.
+    of DirectAdjoint's slower loop (experiments/bench/gradients.py measures the gradient against
+    diffrax's default `RecursiveCheckpointAdjoint`). `adjoint="checkpoint"` selects the latter,
+    reverse mode only; forward mode then raises an error that names `adjoint="auto"`.
     """
     if not isinstance(model, AbstractODE):
         raise TypeError(
