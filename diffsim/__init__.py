@@ -22,6 +22,7 @@ from ._results import (
     RESULTS as RESULTS,
     SimulationError as SimulationError,
 )
+from ._sensitivity import jacobian as jacobian, sensitivity as sensitivity
 from ._simulate import simulate as simulate, Solution as Solution
 from ._solver import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,

@@ -59,3 +59,15 @@ def test_fixed_step_benchmark_smoke():
         cwd=ROOT,
     )
     assert "hand-written vmap(scan)" in out.stdout and "compile within 1.2x" in out.stdout
+
+
+@pytest.mark.slow  # ~75 s: six child processes for the memory table
+def test_gradient_benchmark_smoke():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "experiments/bench/gradients.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert "hessian / grad" in out.stdout and "XLA temp MiB" in out.stdout
