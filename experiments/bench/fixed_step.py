@@ -16,6 +16,7 @@ Run: `python experiments/bench/fixed_step.py [--members N] [--steps N] [--quick]
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -26,7 +27,7 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, run_seconds, table  # noqa: E402
+from _timing import compile_seconds, table  # noqa: E402
 
 import diffsim as ds  # noqa: E402
 import models  # noqa: E402
@@ -155,7 +156,12 @@ def scipy_sample(lengths, dampings, sample: int):
 def compile_scaling(steps_list, members: int):
     """Compile time of diffsim's ensemble at different step counts (should not grow)."""
     lengths, dampings = ensemble(members)
-    return [compile_seconds(make_diffsim(n), lengths, dampings)[0] for n in steps_list]
+    return [
+        statistics.median(
+            compile_seconds(make_diffsim(n), lengths[d:], dampings[d:])[0] for d in (2, 1, 0)
+        )
+        for n in steps_list
+    ]
 
 
 def main(argv=None):
@@ -163,7 +169,7 @@ def main(argv=None):
     parser.add_argument("--members", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=1_000)
     parser.add_argument("--scipy-sample", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
     args = parser.parse_args(argv)
     if args.quick:
@@ -179,15 +185,42 @@ def main(argv=None):
         f"jax {jax.__version__} on {jax.devices()[0].device_kind}, diffrax {diffrax.__version__}"
     )
 
-    results = {}
-    for name, make in [
+    # Compile time: the median over three fresh compilations (ensembles of N-2, N-1 and N
+    # members force a new trace and compilation each time), so that one-time start-up costs of the
+    # process are not charged to whichever method is measured first.
+    peers = [
         ("diffsim", make_diffsim),
         ("hand-written vmap(scan)", make_hand_scan),
         ("diffrax (constant step)", make_diffrax),
-    ]:
-        compile_s, compiled = compile_seconds(make(args.steps), lengths, dampings)
-        run_s = run_seconds(compiled, lengths, dampings, repeats=args.repeats)
-        results[name] = (compile_s, run_s, np.asarray(compiled(lengths, dampings)))
+    ]
+    compiled, compile_s = {}, {}
+    for name, make in peers:
+        times = []
+        for drop in (2, 1, 0):
+            sub = (lengths[drop:], dampings[drop:])
+            seconds, compiled[name] = compile_seconds(make(args.steps), *sub)
+            times.append(seconds)
+        compile_s[name] = statistics.median(times)
+    # Run time: rounds that time each method once, in a shuffled order, so that drifts in machine
+    # speed hit all of them alike; the median over rounds.
+    for name in compiled:
+        jax.block_until_ready(compiled[name](lengths, dampings))
+    rounds = {name: [] for name in compiled}
+    order = np.random.default_rng(1)
+    for _ in range(args.repeats):
+        for name in order.permutation(list(compiled)):  # no method always follows the same one
+            fn = compiled[name]
+            start = time.perf_counter()
+            jax.block_until_ready(fn(lengths, dampings))
+            rounds[name].append(time.perf_counter() - start)
+    results = {
+        name: (
+            compile_s[name],
+            statistics.median(rounds[name]),
+            np.asarray(compiled[name](lengths, dampings)),
+        )
+        for name in compiled
+    }
 
     start = time.perf_counter()
     numpy_final = numpy_rk4(lengths, dampings, args.steps)
