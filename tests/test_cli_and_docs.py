@@ -49,25 +49,19 @@ def test_cli_rejects_unknown_command():
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
+def _quick_benchmark(name: str) -> str:
+    """Smoke only (no speed assertions in tests): the quick run completes; returns its output."""
+    script = ROOT / "experiments" / "bench" / name
+    command = [sys.executable, str(script), "--quick"]
+    return subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+
+
 def test_fixed_step_benchmark_smoke():
-    # Smoke only (no speed assertions in tests): the quick run completes and prints its tables.
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "experiments/bench/fixed_step.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    assert "hand-written vmap(scan)" in out.stdout and "compile within 1.2x" in out.stdout
+    out = _quick_benchmark("fixed_step.py")
+    assert "hand-written vmap(scan)" in out and "compile within 1.2x" in out
 
 
 @pytest.mark.slow  # ~75 s: six child processes for the memory table
 def test_gradient_benchmark_smoke():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "experiments/bench/gradients.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    assert "hessian / grad" in out.stdout and "XLA temp MiB" in out.stdout
+    out = _quick_benchmark("gradients.py")
+    assert "hessian / grad" in out and "XLA temp MiB" in out
