@@ -67,13 +67,6 @@ def join_pair(like, a, b):
     return jnp.stack([a, b])
 
 
-def _check_pair_shapes(q, v, what: str) -> None:
-    if jax.tree.structure(q) != jax.tree.structure(v) or any(
-        jnp.shape(a) != jnp.shape(b) for a, b in zip(jax.tree.leaves(q), jax.tree.leaves(v))
-    ):
-        raise ValueError(f"the two parts of the state {what} must have the same shapes")
-
-
 class AbstractSecondOrder(AbstractODE):
     """A mechanical system q'' = a(t, q, v) with state `(q, v)`.
 

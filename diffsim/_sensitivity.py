@@ -58,8 +58,7 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
         )
         return simulate(member, y0, ts, solver=solver, **options).ys
 
-    jac = jacobian(run, values, mode=mode)
-    return jac
+    return jacobian(run, values, mode=mode)
 
 
 def _parameter_names(model) -> tuple[str, ...]:

@@ -17,7 +17,14 @@ from ._results import RESULTS, SimulationError
 from ._solver.adaptive import AbstractAdaptiveSolver
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
 from ._time_grid import check_ts, plan_fixed_steps
-from ._validate import all_finite, any_traced, check_positive_number, is_traced, nonfinite_leaves
+from ._validate import (
+    all_finite,
+    any_traced,
+    check_positive_number,
+    check_static_count,
+    is_traced,
+    nonfinite_leaves,
+)
 
 
 class Solution(eqx.Module):
@@ -149,9 +156,7 @@ def simulate(
                 "chooses its steps (its derivatives are set by adjoint)"
             )
         check_positive_number("dt", dt)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
-            raise TypeError(f"max_steps must be a Python int (static), got {max_steps!r}")
-        check_positive_number("max_steps", max_steps, allow_none=False)
+        check_static_count("max_steps", max_steps)
         if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
             raise ValueError(
                 f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
@@ -285,15 +290,17 @@ def _describe(tree) -> str:
 # --- the compiled solves ----------------------------------------------------------------------
 
 
-def _valid_inputs(model, y0, ts, extra=True):
-    """Traced check of what could not be checked in Python because it was traced."""
+def _guard_inputs(model, y0, ts, extra=True):
+    """Traced check of what could not be checked in Python because it was traced, and the inputs
+    a failing member runs with instead: harmless values, so that it cannot stall a batch (its
+    outputs are set to NaN afterwards and its result code says why)."""
     increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
-    return all_finite(model) & all_finite(y0) & increasing & extra
+    valid = all_finite(model) & all_finite(y0) & increasing & extra
+    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
+    return valid, _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0), ts
 
 
 def _sanitize(valid, tree, fill):
-    """Replace a failing member's inputs by harmless ones so it cannot stall a batch (its outputs
-    are set to NaN afterwards and its result code says why)."""
 
     def leaf(x):
         if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact):
@@ -359,9 +366,7 @@ def _nonfinite_code(ys):
 
 @eqx.filter_jit
 def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None):
-    valid = _valid_inputs(model, y0, ts)
-    model, y0 = _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0)
-    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
+    valid, model, y0, ts = _guard_inputs(model, y0, ts)
     masked = steps is not None
     counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
 
@@ -399,9 +404,7 @@ def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
     tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
-    valid = _valid_inputs(model, y0, ts, tolerances_ok)
-    model, y0 = _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0)
-    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=dtype))
+    valid, model, y0, ts = _guard_inputs(model, y0, ts, tolerances_ok)
     rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
     dt0 = None if dt0 is None else jnp.asarray(dt0, dtype)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import check_positive_number, is_traced
+from ._validate import check_positive_number, check_static_count, is_traced
 
 # When is (interval / dt) a whole number? Output times carry rounding errors of a few ulps of
 # their magnitude (float32 linspace(0, 10, 101) has intervals 0.1 +- 1e-6), so an interval counts
@@ -55,10 +55,7 @@ def check_ts(ts) -> None:
 
 def plan_fixed_steps(ts, dt, steps_per_save, solver_name: str) -> StepPlan:
     if steps_per_save is not None:
-        if isinstance(steps_per_save, bool) or not isinstance(steps_per_save, (int, np.integer)):
-            raise TypeError(f"steps_per_save must be a Python int (static), got {steps_per_save!r}")
-        if steps_per_save < 1:
-            raise ValueError(f"steps_per_save must be >= 1, got {steps_per_save}")
+        check_static_count("steps_per_save", steps_per_save)
     check_positive_number("dt", dt)
     if is_traced(ts):
         if steps_per_save is None:

@@ -85,6 +85,14 @@ def _short(array) -> str:
     return str(array.item()) if array.size == 1 else np.array2string(array, threshold=6)
 
 
+def check_static_count(name: str, value) -> None:
+    """Validate a count that sets a shape or loop length: a Python int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a Python int (static), got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 def check_positive_number(name: str, value, *, allow_none=True) -> None:
     """Validate a concrete scalar argument such as `dt` or `max_steps`."""
     if value is None and allow_none:

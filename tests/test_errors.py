@@ -271,6 +271,7 @@ def test_throw_false_under_vmap_isolates_failing_members():
         ds.RESULTS.successful,
     ]
     for i in [0, 2]:
+        # Batched and unbatched adaptive steps may differ within rtol 1e-6 (see test_conformance).
         np.testing.assert_allclose(batched.ys[i], run(lengths[i]).ys, rtol=1e-6)
     assert bool(jnp.all(jnp.isnan(batched.ys[1])))
 
