@@ -6,6 +6,7 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import distributed as distributed
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,
@@ -22,6 +23,7 @@ from ._results import (
     RESULTS as RESULTS,
     SimulationError as SimulationError,
 )
+from ._samples import Samples as Samples
 from ._sensitivity import jacobian as jacobian, sensitivity as sensitivity
 from ._simulate import simulate as simulate, Solution as Solution
 from ._solver import (
@@ -46,6 +48,8 @@ from ._solver import (
     Tsit5 as Tsit5,
     Yoshida4 as Yoshida4,
 )
+from ._store import SweepStoreError as SweepStoreError
+from ._sweep import sweep as sweep, sweep_summary as sweep_summary
 
 try:
     __version__ = version("diffsim")

@@ -43,6 +43,11 @@ def parameter(
 def check_parameters(model) -> None:
     """Check every field declared with `parameter` (called from `AbstractODE.__check_init__`)."""
     for field in dataclasses.fields(model):
-        constraint = field.metadata.get(_METADATA_KEY)
+        constraint = parameter_constraints(field)
         if constraint is not None:
             check_parameter(model, field.name, **constraint)
+
+
+def parameter_constraints(field: dataclasses.Field) -> dict | None:
+    """The constraints `parameter` recorded on a model field (None for other fields)."""
+    return field.metadata.get(_METADATA_KEY)

@@ -40,7 +40,17 @@ def check_parameter(owner, name: str, *, positive=False, nonnegative=False, ndim
     value = getattr(owner, name)
     if value is None:
         return
-    where = f"{type(owner).__name__}({name}=...)"
+    check_parameter_value(
+        f"{type(owner).__name__}({name}=...)",
+        value,
+        positive=positive,
+        nonnegative=nonnegative,
+        ndim=ndim,
+    )
+
+
+def check_parameter_value(where: str, value, *, positive=False, nonnegative=False, ndim=None):
+    """Validate a parameter value (concrete or traced); `where` names it in the message."""
     if ndim is not None and jnp.ndim(value) != ndim:
         raise ValueError(
             f"{where}: expected a {'scalar' if ndim == 0 else f'{ndim}-D array'}, "

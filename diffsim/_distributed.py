@@ -1,0 +1,85 @@
+"""Many processes (hosts) on one sweep, through JAX's own distributed runtime.
+
+`initialize` wraps `jax.distributed.initialize`. After it, `jax.process_index()` and
+`jax.process_count()` say which share of a sweep's chunks this process computes; every process
+writes its own chunks to the shared store, and `barrier` is the only collective a sweep needs.
+"""
+
+import dataclasses
+import os
+
+import jax
+
+# Environment variables by which jax.distributed recognises a cluster launch without arguments.
+_CLUSTER_MARKERS = {
+    "SLURM": ("SLURM_JOB_ID", "SLURM_NTASKS"),
+    "Open MPI": ("OMPI_COMM_WORLD_SIZE",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessLayout:
+    """Where this process sits: `process_id` of `num_processes`, its local devices and the total
+    device count; `cluster` says how the layout was found."""
+
+    process_id: int
+    num_processes: int
+    local_devices: tuple
+    global_device_count: int
+    cluster: str
+
+    def __str__(self) -> str:
+        kinds = sorted({d.device_kind for d in self.local_devices})
+        return (
+            f"process {self.process_id} of {self.num_processes} ({self.cluster}): "
+            f"{len(self.local_devices)} local device(s) [{', '.join(kinds)}], "
+            f"{self.global_device_count} in all"
+        )
+
+
+def initialize(**kwargs) -> ProcessLayout:
+    """Join a multi-process run and return this process's `ProcessLayout`.
+
+    **Arguments:** the keyword arguments of `jax.distributed.initialize`
+    (`coordinator_address="host:port"`, `num_processes`, `process_id`, `local_device_ids`, …).
+    With none, a SLURM or Open MPI launch is detected from its environment (JAX reads the rest);
+    outside any cluster, nothing is initialised and the layout is a single process.
+
+    Call it once, first thing, before any other JAX work (as `jax.distributed.initialize` needs).
+    On CPU it selects the gloo collectives that cross-process barriers need. Then call `ds.sweep`
+    in every process with the same arguments: each computes and writes its own share of chunks.
+    """
+    cluster = "arguments" if kwargs else _detect_cluster()
+    if cluster is None:
+        return layout(cluster="single process")
+    # CPU devices of different processes meet in a collective only through gloo (this setting
+    # leaves GPU collectives alone).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(**kwargs)
+    return layout(cluster=cluster)
+
+
+def layout(cluster: str = "current") -> ProcessLayout:
+    """The current process layout (one process unless `initialize` joined a larger run)."""
+    return ProcessLayout(
+        process_id=jax.process_index(),
+        num_processes=jax.process_count(),
+        local_devices=tuple(jax.local_devices()),
+        global_device_count=jax.device_count(),
+        cluster=cluster,
+    )
+
+
+def _detect_cluster() -> str | None:
+    for name, variables in _CLUSTER_MARKERS.items():
+        if all(v in os.environ for v in variables):
+            return name
+    return None
+
+
+def barrier(name: str) -> None:
+    """Wait until every process reaches the barrier called `name` (no-op for one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

@@ -1,0 +1,8 @@
+"""Multi-process runs: `ds.distributed.initialize(...)` wraps `jax.distributed.initialize`."""
+
+from ._distributed import (
+    barrier as barrier,
+    initialize as initialize,
+    layout as layout,
+    ProcessLayout as ProcessLayout,
+)
