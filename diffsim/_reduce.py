@@ -38,9 +38,9 @@ REDUCERS: dict[str, tuple[Callable, dict[str, tuple[str, ...]]]] = {
 }
 
 
-def resolve_reduce(reduce) -> tuple[Callable, dict[str, tuple[str, ...]], str]:
+def resolve_reduce(reduce) -> tuple[Callable, dict[str, tuple[str, ...]], str | None]:
     """`reduce` (None, a name from `REDUCERS`, or a callable) → (function, known output dims,
-    a stable description for the sweep's config)."""
+    its name, None for a user's function)."""
     if reduce is None:
         reduce = "trajectory"
     if isinstance(reduce, str):
@@ -53,8 +53,7 @@ def resolve_reduce(reduce) -> tuple[Callable, dict[str, tuple[str, ...]], str]:
         return function, dims, reduce
     if not callable(reduce):
         raise TypeError(f"reduce must be None, a name or a function, got {reduce!r}")
-    name = f"{getattr(reduce, '__module__', '?')}.{getattr(reduce, '__qualname__', repr(reduce))}"
-    return reduce, {}, name
+    return reduce, {}, None
 
 
 def name_outputs(tree) -> dict[str, jax.Array]:

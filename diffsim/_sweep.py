@@ -12,6 +12,7 @@ Every member's numbers depend only on its own inputs and its index in the sweep 
 """
 
 import dataclasses
+import hashlib
 import inspect
 import json
 import math
@@ -225,7 +226,7 @@ class _MemberSpec:
     solver: AbstractSolver
     dt: float | None
     reduce: Callable
-    reduce_name: str
+    reduce_name: str | None
     known_dims: dict[str, tuple[str, ...]]
     key: object
     max_steps: int
@@ -317,16 +318,10 @@ class _MemberSpec:
         if self.is_factory:
             extra = {} if self.key is None else {"key": jax.random.fold_in(self.key, index)}
             model = self.model(**parameters, **extra)
-        elif parameters:
-            names = tuple(parameters)
-            model = eqx.tree_at(
-                lambda m: tuple(getattr(m, n) for n in names),
-                self.model,
-                tuple(parameters.values()),
-                is_leaf=lambda x: x is None,
-            )
         else:
-            model = self.model
+            # Rebuilt through the constructor, so converters and structural checks of the model
+            # (e.g. "both drive parameters or neither") run for the swept values too.
+            model = dataclasses.replace(self.model, **parameters)
         flat = values["y0"] if self.whole_y0 else self.flat_y0
         for name, i in self.component_names.items():
             flat = flat.at[i].set(values[name])
@@ -619,7 +614,7 @@ def _config(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan) -> dict:
         "solver": _describe(spec.solver),
         "dt": spec.dt,
         "max_steps": spec.max_steps,
-        "reduce": spec.reduce_name,
+        "reduce": spec.reduce_name or _describe_code(spec.reduce),
         "chunk_block": list(plan.block),
         "dtype": str(spec.dtype),
         "key": None if spec.key is None else _describe(_key_data(spec.key)),
@@ -639,13 +634,11 @@ def _describe(obj):
         if array.size <= 32:
             return {"dtype": str(array.dtype), "shape": list(array.shape),
                     "values": array.ravel().tolist()}
-        import hashlib
-
         return {"dtype": str(array.dtype), "shape": list(array.shape),
                 "sha256": hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()}
     if isinstance(obj, eqx.Module) or dataclasses.is_dataclass(obj):
         return {
-            "type": f"{type(obj).__module__}.{type(obj).__qualname__}",
+            "type": _describe_code(type(obj)),
             **{f.name: _describe(getattr(obj, f.name)) for f in dataclasses.fields(obj)},
         }
     if isinstance(obj, (list, tuple)):
@@ -655,8 +648,19 @@ def _describe(obj):
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if callable(obj):
-        return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+        return _describe_code(obj)
     return repr(obj)
+
+
+def _describe_code(obj) -> dict:
+    """A function or class by name and source digest, so that editing the code of a model or
+    reduction between runs is caught as a config change (the name alone would not see it)."""
+    try:
+        digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
+    except (OSError, TypeError):  # built-ins, code typed at a prompt
+        digest = None
+    name = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+    return {"code": name, "source_sha256": digest}
 
 
 def _open_sink(store, variables, config, spec):
