@@ -105,11 +105,15 @@ def sweep(
     mine = range(layout.process_id, plan.num_chunks, layout.num_processes)
     pending = [c for c in mine if c not in sink.done]
     runner = _ChunkRunner(spec, axes_, plan, devices)
+    description = "sweep"
+    if layout.num_processes > 1:
+        description += f" [process {layout.process_id}]"
+    if sink.done:
+        description += f" (resumed: {len(sink.done)} of {plan.num_chunks} chunks were done)"
     bar = progress_bar(
         sum(plan.members_in(c) for c in pending),
         enabled=progress,
-        description="sweep"
-        + (f" [process {layout.process_id}]" if layout.num_processes > 1 else ""),
+        description=description,
         unit="member",
     )
     try:

@@ -26,6 +26,50 @@ def _info(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    import os
+    import time
+
+    from ._sweep_config import load, sweep_arguments, SweepConfigError
+
+    try:
+        config = load(args.config)
+    except SweepConfigError as error:
+        print(f"diffsim sweep: {error}", file=sys.stderr)
+        return 2
+    import jax
+
+    # the precision must be chosen before JAX creates any array
+    jax.config.update("jax_enable_x64", config.get("dtype", "float64") == "float64")
+    import diffsim as ds
+
+    if args.distributed:
+        print(ds.distributed.initialize(), flush=True)
+    if args.store:
+        config["store"] = args.store
+    store = config["store"]
+    if os.path.exists(store) and not args.resume:
+        print(
+            f"diffsim sweep: the store {store!r} exists; pass --resume to compute its missing "
+            "chunks, or remove it (or choose --store) to start over",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        arguments = sweep_arguments(config)
+        start = time.perf_counter()
+        result = ds.sweep(**arguments, progress=not args.quiet)
+    except (SweepConfigError, ValueError, TypeError) as error:
+        print(f"diffsim sweep: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - start
+    summary = ds.sweep_summary(result)
+    members = sum(summary.values())
+    print(f"{members} members {dict(result.sizes)} in {seconds:.1f} s → {store}")
+    print("outcomes: " + ", ".join(f"{k}: {v}" for k, v in summary.items()))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="diffsim", description="Differentiable physics and ODE simulation on JAX."
@@ -35,6 +79,19 @@ def main(argv=None) -> int:
     demo.add_argument("--out", default="out", help="output folder (default: ./out)")
     demo.add_argument("--quick", action="store_true", help="a smaller sweep")
     demo.set_defaults(handler=_demo)
+    sweep = commands.add_parser(
+        "sweep", help="run (or resume) a parameter sweep described in a TOML file"
+    )
+    sweep.add_argument("config", help="the sweep's TOML file (see experiments/sweeps/)")
+    sweep.add_argument("--resume", action="store_true", help="continue an existing store")
+    sweep.add_argument("--store", help="write to this store instead of the config's")
+    sweep.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run (SLURM / Open MPI detected) via ds.distributed.initialize",
+    )
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(handler=_sweep)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)

@@ -1,0 +1,149 @@
+"""A sweep described in a TOML file, for `diffsim sweep CONFIG.toml`.
+
+    model = "DampedPendulum"              # a class of the `models` package
+    parameters = { gravity = 9.81 }       # fixed model parameters (optional)
+    y0 = [1.0, 0.0]
+    ts = { start = 0.0, stop = 20.0, num = 201 }   # or a list of times
+    solver = "RK4"                        # or { name = "Tsit5", rtol = 1e-8, atol = 1e-8 }
+    dt = 0.01                             # fixed-step solvers
+    reduce = "max_abs"                    # trajectory | final_state | max_abs | mean
+    chunk_size = 1024                     # optional
+    store = "out/pendulum.zarr"           # relative to the working directory
+    dtype = "float64"                     # or "float32"
+
+    [axes]                                # a grid: the Cartesian product
+    length = { start = 0.5, stop = 2.0, num = 64 }          # linspace; log = true for geomspace
+    damping = [0.0, 0.1, 0.2]
+
+or, instead of `[axes]`, zipped samples:
+
+    [samples]
+    method = "latin_hypercube"            # or "halton"
+    n = 10000
+    seed = 0                              # latin_hypercube
+    bounds = { length = [0.5, 2.0], damping = [0.0, 0.5] }
+    log = ["length"]                      # optional
+"""
+
+import tomllib
+
+import numpy as np
+
+_KEYS = {
+    "description", "model", "parameters", "axes", "samples", "y0", "ts", "solver", "dt",
+    "max_steps", "reduce", "chunk_size", "store", "dtype",
+}
+_REQUIRED = ("model", "y0", "ts", "solver", "store")
+
+
+class SweepConfigError(ValueError):
+    """The TOML file does not describe a valid sweep."""
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, "rb") as file:
+            config = tomllib.load(file)
+    except FileNotFoundError:
+        raise SweepConfigError(f"no sweep config at {path!r}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SweepConfigError(f"{path}: not valid TOML: {error}") from None
+    unknown = sorted(set(config) - _KEYS)
+    if unknown:
+        raise SweepConfigError(f"{path}: unknown keys {unknown}; known keys: {sorted(_KEYS)}")
+    missing = [k for k in _REQUIRED if k not in config]
+    if ("axes" in config) == ("samples" in config):
+        missing.append("exactly one of [axes] or [samples]")
+    if missing:
+        raise SweepConfigError(f"{path}: missing {', '.join(missing)}")
+    return config
+
+
+def sweep_arguments(config: dict) -> dict:
+    """The keyword arguments of `ds.sweep` for a loaded config (JAX's precision must already be
+    set from `config["dtype"]`)."""
+    import jax
+    import jax.numpy as jnp
+
+    import diffsim as ds
+
+    dtype = jnp.dtype(config.get("dtype", "float64"))
+    model = _model(config["model"], config.get("parameters", {}))
+    if "axes" in config:
+        axes = {name: _values(name, spec) for name, spec in config["axes"].items()}
+    else:
+        axes = _samples(config["samples"], jax, ds)
+    return dict(
+        model=model,
+        axes=axes,
+        y0=jnp.asarray(config["y0"], dtype=dtype),
+        ts=jnp.asarray(_values("ts", config["ts"]), dtype=dtype),
+        solver=_solver(config["solver"], ds),
+        dt=config.get("dt"),
+        max_steps=config.get("max_steps", 100_000),
+        reduce=config.get("reduce"),
+        chunk_size=config.get("chunk_size"),
+        store=config["store"],
+    )
+
+
+def _model(name, parameters):
+    import diffsim as ds
+    import models
+
+    cls = getattr(models, str(name), None)
+    if not (isinstance(cls, type) and issubclass(cls, ds.AbstractODE)):
+        classes = {n: getattr(models, n) for n in dir(models)}
+        available = sorted(
+            n for n, c in classes.items() if isinstance(c, type) and issubclass(c, ds.AbstractODE)
+        )
+        raise SweepConfigError(f"model {name!r} is not in models; available: {available}")
+    if not isinstance(parameters, dict):
+        raise SweepConfigError(f"parameters must be a table, got {parameters!r}")
+    try:
+        return cls(**parameters)
+    except TypeError as error:
+        raise SweepConfigError(f"parameters of {name}: {error}") from None
+
+
+def _values(name, spec) -> np.ndarray:
+    if isinstance(spec, list):
+        return np.asarray(spec, dtype=float)
+    if isinstance(spec, dict):
+        extra = sorted(set(spec) - {"start", "stop", "num", "log"})
+        if extra or not {"start", "stop", "num"} <= set(spec):
+            raise SweepConfigError(
+                f"{name}: a range is {{ start, stop, num[, log] }}, got {sorted(spec)}"
+            )
+        space = np.geomspace if spec.get("log", False) else np.linspace
+        return space(float(spec["start"]), float(spec["stop"]), int(spec["num"]))
+    raise SweepConfigError(f"{name}: expected a list of values or a range table, got {spec!r}")
+
+
+def _samples(spec, jax, ds):
+    if not isinstance(spec, dict):
+        raise SweepConfigError(f"[samples] must be a table, got {spec!r}")
+    method = spec.get("method", "latin_hypercube")
+    bounds = {k: tuple(v) for k, v in spec.get("bounds", {}).items()}
+    n, log = spec.get("n"), tuple(spec.get("log", ()))
+    if method == "latin_hypercube":
+        key = jax.random.key(spec.get("seed", 0))
+        return ds.Samples.latin_hypercube(bounds, n, key=key, log=log)
+    if method == "halton":
+        return ds.Samples.halton(bounds, n, log=log, skip=spec.get("skip", 0))
+    raise SweepConfigError(f"samples method {method!r}: choose latin_hypercube or halton")
+
+
+def _solver(spec, ds):
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, dict) or "name" not in spec:
+        raise SweepConfigError(f"solver must be a name or {{ name = ..., ... }}, got {spec!r}")
+    options = {k: v for k, v in spec.items() if k != "name"}
+    cls = getattr(ds, str(spec["name"]), None)
+    if not (isinstance(cls, type) and issubclass(cls, ds.AbstractSolver)) or cls is ds.Diffrax:
+        raise SweepConfigError(f"solver {spec['name']!r} is not a diffsim solver (e.g. RK4, Tsit5)")
+    try:
+        return cls(**options)
+    except TypeError as error:
+        raise SweepConfigError(f"solver {spec['name']}: {error}") from None
