@@ -49,7 +49,7 @@ from ._solver import (
     Yoshida4 as Yoshida4,
 )
 from ._store import SweepStoreError as SweepStoreError
-from ._sweep import sweep as sweep, sweep_summary as sweep_summary
+from ._sweep import open_sweep as open_sweep, sweep as sweep, sweep_summary as sweep_summary
 
 try:
     __version__ = version("diffsim")

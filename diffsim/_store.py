@@ -126,14 +126,20 @@ def read_attrs(path: str) -> dict:
         ) from None
 
 
-def check_matches(path: str, config: dict) -> None:
-    """Refuse to resume a store written by a different sweep, naming what differs."""
+def check_is_sweep(path: str) -> dict:
+    """The attributes of the sweep store at `path`, or an error saying it is not one."""
     attrs = read_attrs(path)
     if "sweep_config" not in attrs:
         raise SweepStoreError(
             f"{path!r} exists but holds no sweep config, so it was not written by ds.sweep; "
             "choose another path or delete it"
         )
+    return attrs
+
+
+def check_matches(path: str, config: dict) -> None:
+    """Refuse to resume a store written by a different sweep, naming what differs."""
+    attrs = check_is_sweep(path)
     if attrs.get("sweep_config_sha256") == config_digest(config):
         return
     stored = json.loads(attrs["sweep_config"])

@@ -153,6 +153,17 @@ def sweep_summary(dataset) -> dict[str, int]:
     return {name: int(n) for name, n in zip(names, counts) if n}
 
 
+def open_sweep(store: str | os.PathLike):
+    """Open a sweep's zarr store as an `xarray.Dataset` whose variables are read lazily (no dask
+    needed); e.g. `ds.open_sweep("out/sweep.zarr")["final_state"].sel(length=1.0)`. The store
+    may be incomplete: members not yet computed hold NaN outputs and `result == -1`."""
+    path = os.fspath(store)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no sweep store at {path!r}")
+    _store.check_is_sweep(path)
+    return _store.open_dataset(path)
+
+
 def _warn_failures(dataset) -> None:
     counts = sweep_summary(dataset)
     failed = {k: v for k, v in counts.items() if k != "successful"}

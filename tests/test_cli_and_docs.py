@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import diffsim as ds
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,3 +67,40 @@ def test_fixed_step_benchmark_smoke():
 def test_gradient_benchmark_smoke():
     out = _quick_benchmark("gradients.py")
     assert "hessian / grad" in out and "XLA temp MiB" in out
+
+
+def test_sweep_benchmark_smoke():
+    out = _quick_benchmark("sweep.py")
+    assert "ds.sweep + zarr store" in out and ">= 2x diffrax members/s" in out
+
+
+def test_sweep_command_runs_the_example_config_and_resumes(tmp_path, capsys):
+    from diffsim.cli import main
+
+    config = str(ROOT / "experiments" / "sweeps" / "driven_pendulum.toml")
+    store = str(tmp_path / "pendulum.zarr")
+    assert main(["sweep", config, "--store", store, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "768 members" in out and "successful: 768" in out
+    result = ds.open_sweep(store)
+    # Without drive the pendulum only loses energy, so its largest angle is the initial 0.2 rad.
+    undriven = result["max_abs"].sel(drive_amplitude=0.0, state="angle").values
+    assert (undriven == 0.2).all()
+    assert main(["sweep", config, "--store", store]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main(["sweep", config, "--store", store, "--resume", "--quiet"]) == 0
+
+
+def test_sweep_command_rejects_a_bad_config(tmp_path, capsys):
+    from diffsim.cli import main
+
+    config = tmp_path / "bad.toml"
+    config.write_text('model = "Pendulum"\nsolvr = "RK4"\n')
+    assert main(["sweep", str(config)]) == 2
+    assert "unknown keys ['solvr']" in capsys.readouterr().err
+    config.write_text(
+        'model = "Pendulum"\ny0 = [1.0, 0.0]\nts = [0.0, 1.0]\nsolver = "RK4"\nstore = "x"\n'
+        "[axes]\nlength = [1.0]\n"
+    )
+    assert main(["sweep", str(config), "--store", str(tmp_path / "s.zarr")]) == 2
+    assert "model 'Pendulum' is not in models; available: [" in capsys.readouterr().err

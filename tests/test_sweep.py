@@ -249,7 +249,7 @@ def _finish(process, timeout=240):
 
 
 def _assert_same_results(store, reference):
-    stored = ds._store.open_dataset(store)
+    stored = ds.open_sweep(store)
     assert set(stored.variables) == set(reference.variables)
     for name in reference.variables:
         np.testing.assert_array_equal(stored[name].values, reference[name].values, err_msg=name)
@@ -307,3 +307,14 @@ def test_kill_minus_nine_then_resume_gives_identical_results(tmp_path):
     reference = sweep_worker.run(None, "large")
     for name in reference.variables:
         np.testing.assert_array_equal(resumed[name].values, reference[name].values, err_msg=name)
+
+
+def test_distributed_initialize_outside_a_cluster_is_a_single_process(monkeypatch):
+    for variable in ("SLURM_JOB_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    layout = ds.distributed.initialize()
+    assert (layout.process_id, layout.num_processes) == (0, 1)
+    assert "process 0 of 1 (single process)" in str(layout)
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert ds._distributed._detect_cluster() == "SLURM"

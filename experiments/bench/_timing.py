@@ -29,3 +29,35 @@ def table(rows, headers) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+class CompileClock:
+    """Sums JAX's own trace, lowering and backend-compile durations while active, for timing
+    the compilation inside a call that compiles internally (such as `ds.sweep`)."""
+
+    _EVENTS = (
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    )
+    _active: list["CompileClock"] = []
+    _registered = False
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def __enter__(self):
+        if not CompileClock._registered:
+            jax.monitoring.register_event_duration_secs_listener(CompileClock._record)
+            CompileClock._registered = True
+        CompileClock._active.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        CompileClock._active.remove(self)
+
+    @staticmethod
+    def _record(name, seconds, **kwargs):
+        if name in CompileClock._EVENTS:
+            for clock in CompileClock._active:
+                clock.seconds += seconds
