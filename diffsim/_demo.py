@@ -2,7 +2,7 @@
 
 It exercises the core on a damped pendulum: a fixed-step and an adaptive solve that must agree,
 the gradient of a fitting loss with respect to the pendulum length checked against a central
-finite difference, and a vmapped sweep over length x damping.
+finite difference, and a `ds.sweep` over length x damping.
 """
 
 import json
@@ -15,6 +15,7 @@ import numpy as np
 
 from ._simulate import simulate
 from ._solver import RK4, Tsit5
+from ._sweep import sweep
 
 
 def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
@@ -58,16 +59,22 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
 
     # 3. Sweep: vmap over a grid of lengths and dampings, keeping the final energy.
     n = 16 if quick else 48
-    lengths = jnp.linspace(0.5, 2.0, n)
-    dampings = jnp.linspace(0.0, 0.6, n)
-    grid_l, grid_b = jnp.meshgrid(lengths, dampings, indexing="ij")
-
-    def final_energy(length, damping):
-        model = models.DampedPendulum(length=length, gravity=9.81, damping=damping)
-        sol = simulate(model, y0, ts, solver=RK4(), dt=0.01, throw=False)
-        return model.energy(sol.ys[-1])
-
-    energies = jax.jit(jax.vmap(final_energy))(grid_l.ravel(), grid_b.ravel()).reshape(n, n)
+    lengths = np.linspace(0.5, 2.0, n)
+    dampings = np.linspace(0.0, 0.6, n)
+    result = sweep(
+        models.DampedPendulum(gravity=9.81),
+        {"length": lengths, "damping": dampings},
+        y0,
+        ts,
+        solver=RK4(),
+        dt=0.01,
+        reduce="final_state",
+        progress=False,
+    )
+    angle = result["final_state"].sel(state="angle")
+    speed = result["final_state"].sel(state="angular_velocity")
+    swept = result["length"]
+    energies = (0.5 * swept**2 * speed**2 + 9.81 * swept * (1 - np.cos(angle))).values
     print(
         f"sweep: {n * n} pendulums, final energy from {float(energies.min()):.3g} "
         f"to {float(energies.max()):.3g} J/kg"
@@ -91,14 +98,14 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
     axes[1].set(xlabel="length (m)", ylabel="mean squared error", title="Gradient of a fit loss")
     axes[1].legend()
     image = axes[2].pcolormesh(
-        np.asarray(lengths),
-        np.asarray(dampings),
-        np.asarray(energies).T,
+        lengths,
+        dampings,
+        energies.T,
         shading="auto",
         norm=matplotlib.colors.LogNorm(),  # energies span three decades
     )
     fig.colorbar(image, ax=axes[2], label="energy at t = 10 s (J/kg)")
-    axes[2].set(xlabel="length (m)", ylabel="damping (1/s)", title="vmapped sweep")
+    axes[2].set(xlabel="length (m)", ylabel="damping (1/s)", title="ds.sweep")
     figure = out / "demo.png"
     fig.savefig(figure, dpi=110, metadata={"Software": None})
     plt.close(fig)

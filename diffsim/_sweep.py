@@ -100,11 +100,15 @@ def sweep(
     plan = _ChunkPlan.build(axes_.shape, chunk_size, _bytes_per_member(outputs), len(devices))
     variables = _variables(axes_, spec, outputs, plan)
     config = _config(axes_, spec, plan)
-    sink = _open_sink(store, variables, config, spec)
     layout = _distributed.layout()
+    if store is None and layout.num_processes > 1:
+        raise ValueError(
+            "a sweep across several processes needs store=...: each process writes its own "
+            "chunks there, and none holds the whole result in memory"
+        )
+    sink = _open_sink(store, variables, config, spec)
     mine = range(layout.process_id, plan.num_chunks, layout.num_processes)
     pending = [c for c in mine if c not in sink.done]
-    runner = _ChunkRunner(spec, axes_, plan, devices)
     description = "sweep"
     if layout.num_processes > 1:
         description += f" [process {layout.process_id}]"
@@ -117,24 +121,25 @@ def sweep(
         unit="member",
     )
     try:
-        # Dispatch chunk i+1 before fetching and writing chunk i: JAX runs asynchronously, so the
-        # devices compute while the host stores.
-        in_flight = None
-        for chunk in pending:
-            launched = (chunk, runner.launch(chunk))
-            if in_flight is not None:
-                sink.write(*in_flight, runner)
-                bar.update(plan.members_in(in_flight[0]))
-            in_flight = launched
-        if in_flight is not None:
-            sink.write(*in_flight, runner)
-            bar.update(plan.members_in(in_flight[0]))
+        _run_chunks(pending, _ChunkRunner(spec, axes_, plan, devices), sink, bar)
     finally:
         bar.close()
     _distributed.barrier("diffsim-sweep-done")
     dataset = sink.dataset()
     _warn_failures(dataset)
     return dataset
+
+
+def _run_chunks(chunks, runner, sink, bar) -> None:
+    # Dispatch chunk i+1 before fetching and writing chunk i: JAX runs asynchronously, so the
+    # devices compute while the host stores.
+    in_flight = None
+    for chunk in [*chunks, None]:
+        launched = None if chunk is None else (chunk, runner.launch(chunk))
+        if in_flight is not None:
+            sink.write(*in_flight, runner)
+            bar.update(runner.plan.members_in(in_flight[0]))
+        in_flight = launched
 
 
 def sweep_summary(dataset) -> dict[str, int]:
@@ -258,6 +263,11 @@ class _MemberSpec:
         if not isinstance(solver, AbstractSolver):
             raise TypeError(f"solver must be a diffsim solver such as ds.RK4(), got {solver!r}")
         check_static_count("max_steps", max_steps)
+        if key is not None and axes.num_members > 2**32:
+            raise ValueError(
+                f"{axes.num_members} members: member keys fold_in a uint32 member index, so a "
+                "sweep with a key has at most 2**32 members; split it into several sweeps"
+            )
         if key is not None and not is_factory:
             raise TypeError(
                 "key is handed to the model for each member, so model must be a function "
@@ -645,7 +655,7 @@ def _key_data(key):
 def _describe(obj):
     """A JSON-able, deterministic description: small arrays in full, large ones by digest."""
     if isinstance(obj, (jax.Array, np.ndarray, np.generic)):
-        array = np.asarray(obj)
+        array = _key_data(obj) if isinstance(obj, jax.Array) else np.asarray(obj)
         if array.size <= 32:
             return {"dtype": str(array.dtype), "shape": list(array.shape),
                     "values": array.ravel().tolist()}
@@ -664,18 +674,46 @@ def _describe(obj):
         return obj
     if callable(obj):
         return _describe_code(obj)
-    return repr(obj)
+    # Other objects by type only: their repr may hold a memory address, which would make every
+    # run's config differ and block resuming.
+    return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
 
 
-def _describe_code(obj) -> dict:
-    """A function or class by name and source digest, so that editing the code of a model or
-    reduction between runs is caught as a config change (the name alone would not see it)."""
+def _describe_code(obj, *, with_variables: bool = True) -> dict:
+    """A function or class by name and source digest, plus the values a function reads from
+    outside (closure cells, defaults, global constants), so that editing a model function or
+    changing a constant it uses between runs is caught as a config change."""
     try:
         digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
     except (OSError, TypeError):  # built-ins, code typed at a prompt
         digest = None
     name = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
-    return {"code": name, "source_sha256": digest}
+    description = {"code": name, "source_sha256": digest}
+    if with_variables and inspect.isfunction(obj):
+        description["reads"] = _outside_values(obj)
+    return description
+
+
+def _outside_values(function) -> dict:
+    try:
+        variables = inspect.getclosurevars(function)
+    except (TypeError, ValueError):
+        return {}
+    values = {**variables.globals, **variables.nonlocals}
+    if function.__defaults__:
+        values["(defaults)"] = function.__defaults__
+    if function.__kwdefaults__:
+        values["(keyword defaults)"] = function.__kwdefaults__
+    described = {}
+    for name, value in sorted(values.items()):
+        if inspect.ismodule(value):
+            continue
+        if callable(value) and not isinstance(value, (eqx.Module, jax.Array, np.ndarray)):
+            # one level deep: a helper is identified by its code, not by what it reads in turn
+            described[name] = _describe_code(value, with_variables=False)
+        else:
+            described[name] = _describe(value)
+    return described
 
 
 def _open_sink(store, variables, config, spec):

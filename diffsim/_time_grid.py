@@ -63,7 +63,9 @@ def plan_fixed_steps(ts, dt, steps_per_save, solver_name: str) -> StepPlan:
                 f"{solver_name} takes a static number of steps, which cannot be derived from dt "
                 "because ts is a traced value here (an argument of jit/vmap/grad). Pass "
                 "steps_per_save=N (N equal steps between consecutive output times), or close over "
-                "ts as a constant instead of passing it as an argument."
+                "ts as a constant instead of passing it as an argument (inside a jitted function, "
+                "build it with NumPy, e.g. np.linspace, which stays concrete; jnp arrays made "
+                "there are traced)."
             )
         if dt is not None:
             raise ValueError(

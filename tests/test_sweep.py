@@ -173,6 +173,17 @@ def test_store_written_by_another_sweep_refuses_to_resume(tmp_path):
     with pytest.raises(ds.SweepStoreError, match="axes"):
         ds.sweep(models.DampedPendulum(), {"length": np.linspace(0.5, 2.0, 5)}, Y0, TS,
                  solver=ds.RK4(), dt=0.01, store=store, progress=False)
+    # a constant read by the model function is part of the config, not only its source code
+    scale = 1.0
+
+    def scaled(length):
+        return models.DampedPendulum(length=scale * length)
+
+    ds.sweep(scaled, axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store + "2", progress=False)
+    scale = 2.0
+    with pytest.raises(ds.SweepStoreError, match=r"model: stored .*\"scale\": 1.0"):
+        ds.sweep(scaled, axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store + "2",
+                 progress=False)
     not_a_store = tmp_path / "other"
     not_a_store.mkdir()
     with pytest.raises(ds.SweepStoreError, match="not a sweep store"):
