@@ -125,8 +125,11 @@ def simulate(
         raise TypeError(
             f"solver must be a diffsim solver such as ds.RK4() or ds.Tsit5(), got {solver!r}.{hint}"
         )
+    # The host copy of a concrete ts plans the fixed steps: under jit, jnp.asarray of a NumPy
+    # array is already a traced value.
+    host_ts = ts if is_traced(ts) else np.asarray(ts)
     ts = ts if is_traced(ts) else jnp.asarray(ts)
-    check_ts(ts)
+    check_ts(host_ts)
     y0 = jax.tree.map(_as_state_leaf, y0)
     real_dtype = _real_dtype(y0)
     _check_finite_inputs(model, y0)
@@ -136,7 +139,7 @@ def simulate(
 
     if isinstance(solver, AbstractFixedStepSolver):
         _once(solver.check_model, model, times[0], y0)
-        plan = plan_fixed_steps(ts, dt, steps_per_save, type(solver).__name__)
+        plan = plan_fixed_steps(host_ts, dt, steps_per_save, type(solver).__name__)
         if adjoint != "auto":
             raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
         total = plan.steps_per_save * (times.shape[0] - 1)

@@ -80,6 +80,19 @@ def test_dt_with_traced_ts_asks_for_steps_per_save():
         run(TS)
 
 
+def test_numpy_times_made_inside_jit_stay_concrete_as_the_error_suggests():
+    def final(length):
+        model = ds.ODE(lambda t, y, p: -p * y, length)
+        return ds.simulate(model, jnp.array([1.0]), np.linspace(0.0, 1.0, 5), solver=ds.RK4(),
+                           dt=0.05).ys[-1, 0]
+
+    # RK4 on y' = -k y multiplies y by its stability polynomial R(z), z = -k dt, every step:
+    # after 20 steps y = R(-0.1)^20 up to rounding.
+    z = -0.1
+    amplification = 1 + z + z**2 / 2 + z**3 / 6 + z**4 / 24
+    assert float(jax.jit(final)(2.0)) == pytest.approx(amplification**20, rel=1e-13)
+
+
 def test_bad_steps_per_save():
     with pytest.raises(ValueError, match="steps_per_save must be >= 1"):
         ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), steps_per_save=0)
