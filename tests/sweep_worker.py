@@ -42,18 +42,22 @@ def driven_pendulum(length, damping, key):
 
 
 def run(store, size: str = "small", progress: bool = False):
-    """The sweep every worker test runs: adaptive Tsit5 over a length × damping grid whose chunk
-    size leaves a padded last chunk."""
+    """The sweep every worker test runs: "small" is adaptive Tsit5 over a length × damping grid
+    whose chunk size leaves a padded last chunk; "large" has 60 chunks of cheap-to-compile RK4
+    work, so that a kill lands mid-sweep."""
     if size == "small":
-        lengths, dampings, chunk, t1 = np.linspace(0.5, 2.0, 12), np.linspace(0, 0.5, 10), 16, 10.0
-    else:  # enough chunks, each slow enough, for a kill to land mid-sweep
-        lengths, dampings, chunk, t1 = np.linspace(0.5, 2.0, 60), np.linspace(0, 0.5, 40), 40, 30.0
+        lengths, dampings, chunk = np.linspace(0.5, 2.0, 12), np.linspace(0, 0.5, 10), 16
+        ts, solver, dt = jnp.linspace(0.0, 10.0, 11), ds.Tsit5(rtol=1e-8, atol=1e-8), None
+    else:
+        lengths, dampings, chunk = np.linspace(0.5, 2.0, 60), np.linspace(0, 0.5, 20), 20
+        ts, solver, dt = jnp.linspace(0.0, 30.0, 11), ds.RK4(), 0.01
     return ds.sweep(
         driven_pendulum,
         {"length": lengths, "damping": dampings},
         jnp.array([1.0, 0.0]),
-        jnp.linspace(0.0, t1, 11),
-        solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
+        ts,
+        solver=solver,
+        dt=dt,
         reduce="max_abs",
         chunk_size=chunk,
         store=store,

@@ -22,6 +22,14 @@ def test_readme_example_runs(monkeypatch):
     assert namespace["final"].shape == (100, 2)
 
 
+def test_sweeps_page_example_runs():
+    text = (ROOT / "docs" / "sweeps.md").read_text()
+    block = text.split("## A first sweep")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(compile(block, "docs/sweeps.md", "exec"), namespace)  # noqa: S102
+    assert namespace["peak_speed"].shape == (16,)
+
+
 def test_demo_writes_figure_and_gradient_matches_finite_difference(tmp_path):
     from diffsim._demo import run
 

@@ -52,15 +52,15 @@ def test_grid_equals_vmap_with_padded_chunks():
 
 def test_samples_with_initial_state_component_equal_vmap():
     samples = ds.Samples.halton({"length": (0.5, 2.0), "y0[0]": (0.1, 1.5)}, 13)
-    solver = ds.Tsit5(rtol=1e-8, atol=1e-8)
+    # (the adaptive path is covered by the worker's Tsit5 sweep below)
     result = ds.sweep(
-        models.DampedPendulum(damping=0.1), samples, Y0, TS, solver=solver,
+        models.DampedPendulum(damping=0.1), samples, Y0, TS, solver=ds.RK4(), dt=0.01,
         reduce="final_state", chunk_size=5, progress=False,
     )
 
     def final(length, angle):
         model = models.DampedPendulum(length=length, damping=0.1)
-        return ds.simulate(model, jnp.array([angle, 0.0]), TS, solver=solver).ys[-1]
+        return ds.simulate(model, jnp.array([angle, 0.0]), TS, solver=ds.RK4(), dt=0.01).ys[-1]
 
     expected = jax.vmap(final)(samples.values["length"], samples.values["y0[0]"])
     assert result["final_state"].dims == ("sample", "state")
