@@ -2,7 +2,9 @@
 
 `initialize` wraps `jax.distributed.initialize`. After it, `jax.process_index()` and
 `jax.process_count()` say which share of a sweep's chunks this process computes; every process
-writes its own chunks to the shared store, and `barrier` is the only collective a sweep needs.
+writes its own chunks to the shared store. The only collective a sweep needs is
+`any_process_failed`, after each step that processes do on their own (it also serves as the
+barrier between them).
 """
 
 import dataclasses
@@ -83,3 +85,15 @@ def barrier(name: str) -> None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+def any_process_failed(failed: bool) -> bool:
+    """Whether `failed` is true in any process: a collective every process must reach, so that
+    an error in one process is raised in all of them instead of leaving the others waiting at
+    the next barrier."""
+    if jax.process_count() == 1:
+        return failed
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([int(failed)]))))

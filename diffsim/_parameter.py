@@ -51,3 +51,22 @@ def check_parameters(model) -> None:
 def parameter_constraints(field: dataclasses.Field) -> dict | None:
     """The constraints `parameter` recorded on a model field (None for other fields)."""
     return field.metadata.get(_METADATA_KEY)
+
+
+def constraints_hold(model):
+    """A traced boolean: every `parameter` field of `model` satisfies its `positive` /
+    `nonnegative` constraint (for values that were traced at construction, where
+    `check_parameters` could not look)."""
+    import jax.numpy as jnp
+
+    ok = jnp.array(True)
+    for field in dataclasses.fields(model):
+        constraint = parameter_constraints(field)
+        value = getattr(model, field.name)
+        if constraint is None or value is None:
+            continue
+        if constraint["positive"]:
+            ok = ok & jnp.all(value > 0)
+        if constraint["nonnegative"]:
+            ok = ok & jnp.all(value >= 0)
+    return ok

@@ -28,8 +28,9 @@ class RESULTS(enum.IntEnum):
 _MESSAGES = {
     RESULTS.successful: "the simulation succeeded",
     RESULTS.invalid_input: (
-        "invalid input: a model parameter or y0 is not finite, ts is not strictly increasing, "
-        "or a tolerance is negative; check the inputs of this member"
+        "invalid input: a model parameter or y0 is not finite, a parameter breaks its "
+        "constraint (e.g. a length <= 0), ts is not strictly increasing, or a tolerance is "
+        "negative; check the inputs of this member"
     ),
     RESULTS.max_steps_reached: (
         "the adaptive solver reached max_steps before the last output time: raise max_steps, "

@@ -30,10 +30,11 @@ class Samples:
             )
         arrays = {}
         for name, value in values.items():
-            array = np.asarray(value)
-            if array.ndim == 0:
+            array = np.array(value)  # a copy: later changes to the caller's array stay out
+            if array.ndim == 0 or array.shape[0] == 0:
                 raise ValueError(
-                    f"Samples[{name!r}] must have a leading axis of samples, got a scalar"
+                    f"Samples[{name!r}] must have a leading axis of at least one sample, got "
+                    f"shape {array.shape}"
                 )
             arrays[str(name)] = array
         lengths = {name: a.shape[0] for name, a in arrays.items()}

@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from ._custom_types import State, Times
 from ._model import AbstractODE
+from ._parameter import constraints_hold
 from ._results import RESULTS, SimulationError
 from ._solver.adaptive import AbstractAdaptiveSolver
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
@@ -298,7 +299,7 @@ def _guard_inputs(model, y0, ts, extra=True):
     a failing member runs with instead: harmless values, so that it cannot stall a batch (its
     outputs are set to NaN afterwards and its result code says why)."""
     increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
-    valid = all_finite(model) & all_finite(y0) & increasing & extra
+    valid = all_finite(model) & constraints_hold(model) & all_finite(y0) & increasing & extra
     ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
     return valid, _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0), ts
 

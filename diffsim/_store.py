@@ -10,6 +10,7 @@ zarr and xarray are imported here, lazily, so that the rest of diffsim runs with
 """
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -41,6 +42,22 @@ class Variable:
     fill_value: object
     attrs: dict = dataclasses.field(default_factory=dict)
     values: np.ndarray | None = None
+
+
+def fill_value(dtype):
+    """What a variable holds where nothing was computed (and, for outputs, where a member
+    failed): NaN for floats, -1 for signed integers, the largest value for unsigned ones, False
+    for booleans."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.inexact):
+        return np.nan
+    if dtype == np.bool_:
+        return False
+    if np.issubdtype(dtype, np.unsignedinteger):
+        return np.iinfo(dtype).max
+    if np.issubdtype(dtype, np.integer):
+        return -1
+    return ""
 
 
 def config_digest(config: dict) -> str:
@@ -94,10 +111,17 @@ def create(path: str, variables: list[Variable], attrs: dict) -> None:
     so an interrupted creation never leaves a half-made store at `path`."""
     import zarr
 
+    for stale in glob.glob(glob.escape(path) + ".creating-*"):  # from a killed creation
+        shutil.rmtree(stale, ignore_errors=True)
     temporary = f"{path}.creating-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
     group = zarr.open_group(temporary, mode="w-", zarr_format=3)
+    # xarray reads the CF "coordinates" attribute to restore coordinates that are not indexes
+    # (sampled parameters along `sample`, grid axes with vector values)
+    extra = " ".join(v.name for v in variables if v.values is not None and v.dims != (v.name,))
     for v in variables:
+        array_attrs = dict(v.attrs)
+        if v.values is None and extra:
+            array_attrs["coordinates"] = extra
         array = group.create_array(
             v.name,
             shape=v.shape,
@@ -105,7 +129,7 @@ def create(path: str, variables: list[Variable], attrs: dict) -> None:
             dtype=v.dtype,
             fill_value=v.fill_value,
             dimension_names=v.dims,
-            attributes=v.attrs,
+            attributes=array_attrs,
         )
         if v.values is not None:
             array[...] = v.values

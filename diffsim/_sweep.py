@@ -11,6 +11,7 @@ Every member's numbers depend only on its own inputs and its index in the sweep 
 `jax.random.fold_in(key, member_index)`), never on the chunk size, device count or process count.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -120,14 +121,32 @@ def sweep(
         description=description,
         unit="member",
     )
-    try:
-        _run_chunks(pending, _ChunkRunner(spec, axes_, plan, devices), sink, bar)
-    finally:
-        bar.close()
-    _distributed.barrier("diffsim-sweep-done")
+    with _shared_failure("computing its chunks"):
+        try:
+            _run_chunks(pending, _ChunkRunner(spec, axes_, plan, devices), sink, bar)
+        finally:
+            bar.close()
     dataset = sink.dataset()
     _warn_failures(dataset)
     return dataset
+
+
+@contextlib.contextmanager
+def _shared_failure(what: str):
+    """Run a step that each process does on its own; then every process learns whether any
+    failed, and raises if so (the one that failed re-raises its own error), so that no process
+    is left waiting for the others."""
+    try:
+        yield
+    except Exception:
+        _distributed.any_process_failed(True)
+        raise
+    if _distributed.any_process_failed(False):
+        raise RuntimeError(
+            f"another process of this sweep failed while {what} (its own log has the error); "
+            "the chunks finished so far are kept in the store: fix the cause and run again to "
+            "resume"
+        )
 
 
 def _run_chunks(chunks, runner, sink, bar) -> None:
@@ -208,7 +227,7 @@ class _Axes:
             )
         values = {}
         for name, value in axes.items():
-            array = np.asarray(value)
+            array = np.array(value)  # a copy: the result must not change with the caller's array
             if array.ndim == 0 or array.shape[0] == 0:
                 raise ValueError(
                     f"sweep axis {name!r} must be a non-empty array of values along the axis, "
@@ -305,11 +324,13 @@ class _MemberSpec:
             takes_any = any(
                 p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
             )
-            missing = [n for n in self.parameter_names if n not in signature.parameters]
+            needed = self.parameter_names + (("key",) if self.key is not None else ())
+            missing = [n for n in needed if n not in signature.parameters]
             if missing and not takes_any:
                 raise ValueError(
-                    f"sweep axes {missing} are not arguments of the model function "
-                    f"{getattr(self.model, '__name__', self.model)}{signature}"
+                    f"{missing} are not arguments of the model function "
+                    f"{getattr(self.model, '__name__', self.model)}{signature}; it is called "
+                    "with the sweep axes (and key= when a key is given) as keywords"
                 )
             for name in self.parameter_names:
                 _check_finite(name, axes.values[name])
@@ -361,7 +382,7 @@ class _MemberSpec:
         )
         failed = solution.result != RESULTS.successful
         outputs = {
-            name: jnp.where(failed, jnp.nan, x) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+            name: jnp.where(failed, jnp.asarray(_store.fill_value(x.dtype), x.dtype), x)
             for name, x in name_outputs(self.reduce(solution)).items()
         }
         return outputs, solution.result, solution.stats["num_steps"]
@@ -370,6 +391,11 @@ class _MemberSpec:
         values = {n: jax.ShapeDtypeStruct(self._member_shape(n), self.dtype) for n in self.inputs}
         index = jax.ShapeDtypeStruct((), jnp.uint32)
         outputs, result, num_steps = jax.eval_shape(self.member, values, index)
+        for name in set(outputs) & set(_PER_MEMBER):
+            raise ValueError(
+                f"the reduce output {name!r} has the name of a per-member variable of every "
+                "sweep; rename it"
+            )
         return {**outputs, "result": result, "num_steps": num_steps}
 
     @property
@@ -447,7 +473,7 @@ class _ChunkPlan:
             by_memory = _OUTPUT_BYTES_PER_CHUNK // bytes_per_member
             chunk_size = max(1, min(_MAX_DEFAULT_CHUNK, by_memory))
         check_static_count("chunk_size", chunk_size)
-        block = _block_shape(shape, min(chunk_size, math.prod(shape)))
+        block = _block_shape(shape, min(int(chunk_size), math.prod(shape)))
         padded = -(-math.prod(block) // num_devices) * num_devices
         return cls(tuple(shape), block, padded)
 
@@ -539,12 +565,11 @@ def _bytes_per_member(outputs: dict) -> int:
 def _variables(axes: _Axes, spec: _MemberSpec, outputs: dict, plan: _ChunkPlan):
     """The dataset's variables: coordinates of the axes (and of time/state where used), then the
     per-member outputs, `result` and `num_steps`, chunked like the sweep."""
-    state_size = spec.flat_y0.size
     variables, used_dims = [], {}
     for name, shape in outputs.items():
-        if name in ("result", "num_steps"):
+        if name in _PER_MEMBER:
             continue
-        extra = _extra_dims(name, shape.shape, spec.known_dims.get(name), state_size, spec)
+        extra = _extra_dims(name, shape.shape, spec)
         used_dims.update(zip(extra, shape.shape))
         variables.append(
             _store.Variable(
@@ -553,41 +578,76 @@ def _variables(axes: _Axes, spec: _MemberSpec, outputs: dict, plan: _ChunkPlan):
                 shape=axes.shape + tuple(shape.shape),
                 chunks=plan.block + tuple(shape.shape),
                 dtype=np.dtype(shape.dtype),
-                fill_value=_fill(shape.dtype),
+                fill_value=_store.fill_value(shape.dtype),
             )
         )
-    codes = [r.value for r in RESULTS]
-    variables.append(
-        _store.Variable(
-            "result", axes.dims, axes.shape, plan.block, np.dtype(outputs["result"].dtype), -1,
-            attrs={
-                "flag_values": codes,
-                "flag_meanings": " ".join(r.name for r in RESULTS),
-                "long_name": "outcome of the member's solve (ds.RESULTS); -1: not computed",
-            },
+    for name, attrs in _PER_MEMBER.items():
+        dtype = np.dtype(outputs[name].dtype)
+        variables.append(
+            _store.Variable(
+                name, axes.dims, axes.shape, plan.block, dtype, _store.fill_value(dtype), attrs
+            )
         )
-    )
-    variables.append(
-        _store.Variable(
-            "num_steps", axes.dims, axes.shape, plan.block,
-            np.dtype(outputs["num_steps"].dtype), -1, attrs={"long_name": "accepted steps"},
-        )
-    )
-    return _coordinates(axes, spec, plan, used_dims) + variables
+    coordinates = _coordinates(axes, spec, plan, used_dims)
+    _check_names(coordinates, variables, axes)
+    return coordinates + variables
 
 
-def _extra_dims(name, shape, known, state_size, spec) -> tuple[str, ...]:
-    if known is not None and len(known) == len(shape):
-        sizes = {"state": state_size, "time": spec.ts.shape[0]}
+_PER_MEMBER = {
+    "result": {
+        "flag_values": [r.value for r in RESULTS],
+        "flag_meanings": " ".join(r.name for r in RESULTS),
+        "long_name": "outcome of the member's solve (ds.RESULTS); -1: not computed",
+    },
+    "num_steps": {"long_name": "accepted steps"},
+}
+
+
+def _check_names(coordinates, variables, axes: _Axes) -> None:
+    taken = {}
+    for v in coordinates:
+        taken[v.name] = "a coordinate"
+        for dim in v.dims:
+            taken.setdefault(dim, "a dimension")
+    for v in variables:
+        if v.name in _PER_MEMBER:
+            continue
+        if v.name in taken:
+            raise ValueError(
+                f"the reduce output {v.name!r} has the name of {taken[v.name]}; rename it"
+            )
+        for dim in v.dims[len(axes.dims):]:
+            if dim in axes.dims:
+                raise ValueError(
+                    f"the sweep axis {dim!r} has the name of a dimension of the output "
+                    f"{v.name!r}; sweep axes cannot be called 'time', 'state' or "
+                    "'<output>_dim<k>'"
+                )
+
+
+def _extra_dims(name, shape, spec) -> tuple[str, ...]:
+    """Names of an output's dimensions after the member dimensions: those its reduction declares
+    (for `name`, or for the entry it was split from: `y_0` from `y`), where the sizes fit, else
+    `<name>_dim<k>`."""
+    sizes = {"state": spec.flat_y0.size, "time": spec.ts.shape[0]}
+    auto = [f"{name}_dim{k}" for k in range(len(shape))]
+    base = name if name in spec.known_dims else name.rsplit("_", 1)[0]
+    known = spec.known_dims.get(base)
+    if known is None:
+        return tuple(auto)
+    if name == base and len(known) == len(shape):
         if all(sizes.get(d, n) == n for d, n in zip(known, shape)):
             return tuple(known)
-    return tuple(f"{name}_dim{k}" for k in range(len(shape)))
+    # a trajectory of a scalar or pytree state: its leading dimension is still time
+    if known[0] == "time" and shape and shape[0] == sizes["time"]:
+        return ("time", *auto[1:])
+    return tuple(auto)
 
 
 def _coordinates(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan, used_dims: dict):
     coordinates = []
     member_chunks = plan.block if axes.kind == "samples" else None
-    for i, name in enumerate(axes.names):
+    for name in axes.names:
         values = axes.values[name]
         if name == "y0":
             values = np.asarray(values, dtype=spec.dtype).reshape(values.shape[0], -1)
@@ -606,7 +666,7 @@ def _coordinates(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan, used_dims: di
         coordinates.append(
             _store.Variable(
                 coord_name, dims, values.shape, tuple(chunks) + values.shape[1:], values.dtype,
-                _fill(values.dtype), values=values,
+                _store.fill_value(values.dtype), values=values,
             )
         )
     if "time" in used_dims:
@@ -615,16 +675,13 @@ def _coordinates(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan, used_dims: di
             _store.Variable("time", ("time",), ts.shape, ts.shape, ts.dtype, np.nan, values=ts)
         )
     if "state" in used_dims and spec.state_names is not None:
-        names = np.array(spec.state_names, dtype=object)
+        names = np.array(spec.state_names, dtype=np.dtypes.StringDType())
         coordinates.append(
-            _store.Variable("state", ("state",), names.shape, names.shape, np.dtypes.StringDType(),
-                            "", values=names.astype(np.dtypes.StringDType()))
+            _store.Variable(
+                "state", ("state",), names.shape, names.shape, names.dtype, "", values=names
+            )
         )
     return coordinates
-
-
-def _fill(dtype):
-    return np.nan if np.issubdtype(dtype, np.inexact) else -1
 
 
 def _config(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan) -> dict:
@@ -637,8 +694,8 @@ def _config(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan) -> dict:
         "y0": _describe(spec.flat_y0),
         "ts": _describe(spec.ts),
         "solver": _describe(spec.solver),
-        "dt": spec.dt,
-        "max_steps": spec.max_steps,
+        "dt": None if spec.dt is None else float(spec.dt),
+        "max_steps": int(spec.max_steps),
         "reduce": spec.reduce_name or _describe_code(spec.reduce),
         "chunk_block": list(plan.block),
         "dtype": str(spec.dtype),
@@ -754,14 +811,14 @@ class _MemorySink:
 
 class _ZarrSink:
     def __init__(self, path, variables, attrs, config):
-        layout = _distributed.layout()
         exists = os.path.exists(path)
-        if exists:
-            _store.check_matches(path, config)
-        _distributed.barrier("diffsim-sweep-checked")  # nobody reads while process 0 creates
-        if not exists and layout.process_id == 0:
-            _store.create(path, variables, attrs)
-        _distributed.barrier("diffsim-sweep-created")
+        with _shared_failure("checking the store"):
+            if exists:
+                _store.check_matches(path, config)
+        # (that collective also keeps every process from reading while process 0 creates)
+        with _shared_failure("creating the store"):
+            if not exists and _distributed.layout().process_id == 0:
+                _store.create(path, variables, attrs)
         self.path = path
         self.group = _store.open_group(path)
         self.done = _store.done_chunks(path)

@@ -56,6 +56,8 @@ def load(path: str) -> dict:
         missing.append("exactly one of [axes] or [samples]")
     if missing:
         raise SweepConfigError(f"{path}: missing {', '.join(missing)}")
+    if config.get("dtype", "float64") not in ("float32", "float64"):
+        raise SweepConfigError(f"{path}: dtype must be float32 or float64, got {config['dtype']!r}")
     return config
 
 
@@ -123,8 +125,13 @@ def _values(name, spec) -> np.ndarray:
 def _samples(spec, jax, ds):
     if not isinstance(spec, dict):
         raise SweepConfigError(f"[samples] must be a table, got {spec!r}")
+    unknown = sorted(set(spec) - {"method", "n", "seed", "skip", "bounds", "log"})
+    if unknown:
+        raise SweepConfigError(
+            f"[samples]: unknown keys {unknown}; known: bounds, log, method, n, seed, skip"
+        )
     method = spec.get("method", "latin_hypercube")
-    bounds = {k: tuple(v) for k, v in spec.get("bounds", {}).items()}
+    bounds = spec.get("bounds", {})
     n, log = spec.get("n"), tuple(spec.get("log", ()))
     if method == "latin_hypercube":
         key = jax.random.key(spec.get("seed", 0))

@@ -2,7 +2,7 @@
 several `jax.distributed` processes, or a run killed with SIGKILL.
 
     python tests/sweep_worker.py STORE [--devices N] [--process-id I --num-processes N --port P]
-                                 [--size small|large]
+                                 [--size small|large] [--fail-after N]
 """
 
 import argparse
@@ -18,6 +18,7 @@ if __name__ == "__main__":
     _args.add_argument("--num-processes", type=int)
     _args.add_argument("--port", type=int)
     _args.add_argument("--size", choices=("small", "large"), default="small")
+    _args.add_argument("--fail-after", type=int, help="raise OSError after writing N chunks")
     ARGS = _args.parse_args()
     os.environ["JAX_NUM_CPU_DEVICES"] = str(ARGS.devices)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,6 +75,18 @@ if __name__ == "__main__":
             process_id=ARGS.process_id,
         )
         print(layout, flush=True)
+    if ARGS.fail_after is not None:
+        from diffsim import _store
+
+        write, written = _store.write_chunk, []
+
+        def failing_write(*args):
+            if len(written) == ARGS.fail_after:
+                raise OSError("disk full (simulated)")
+            written.append(1)
+            write(*args)
+
+        _store.write_chunk = failing_write
     # through the module, not __main__, so the model function has the name it has in the tests
     # (the store's config records it)
     import sweep_worker

@@ -220,8 +220,19 @@ def test_other_bad_arguments_are_refused():
                  key=jax.random.key(0))
     with pytest.raises(ValueError, match="unknown reduce 'final'"):
         ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01, reduce="final")
-    with pytest.raises(ValueError, match=r"axes \['mass'\] are not arguments"):
+    with pytest.raises(ValueError, match=r"\['mass'\] are not arguments of the model function"):
         ds.sweep(lambda length: pendulum, {"mass": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01)
+    with pytest.raises(ValueError, match=r"\['key'\] are not arguments of the model function"):
+        ds.sweep(lambda length: pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
+                 key=jax.random.key(0))
+    with pytest.raises(ValueError, match="'result' has the name of a per-member variable"):
+        ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
+                 reduce=lambda sol: {"result": sol.ys[-1]})
+    with pytest.raises(ValueError, match="'length' has the name of a coordinate"):
+        ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
+                 reduce=lambda sol: {"length": sol.ys[-1]})
+    with pytest.raises(ValueError, match="at least one sample"):
+        ds.Samples({"length": []})
     with pytest.raises(ValueError, match="y0 is None"):
         ds.sweep(pendulum, {"length": [1.0]}, None, TS, solver=ds.RK4(), dt=0.01)
 
@@ -246,6 +257,38 @@ def test_halton_matches_the_radical_inverse():
 # --- other processes: device counts, jax.distributed, SIGKILL ---------------------------------
 
 
+def test_constraints_of_a_model_function_are_checked_per_member():
+    # Built inside the compiled sweep, the model's values are traced and its constructor cannot
+    # check them; the solve does, and flags the member instead of simulating a negative length.
+    with pytest.warns(UserWarning, match="invalid_input: 1"):
+        result = ds.sweep(
+            lambda length: models.DampedPendulum(length=length), {"length": [1.0, -1.0, 2.0]},
+            Y0, TS, solver=ds.RK4(), dt=0.01, reduce="final_state", progress=False,
+        )
+    np.testing.assert_array_equal(result["result"].values, [0, ds.RESULTS.invalid_input, 0])
+    assert np.isnan(result["final_state"].values[1]).all()
+    assert np.isfinite(result["final_state"].values[[0, 2]]).all()
+
+
+def test_integer_outputs_and_numpy_scalar_arguments(tmp_path):
+    def count_positive(solution):
+        return {"positive": jnp.sum(solution.ys[:, 0] > 0).astype(jnp.uint32),
+                "ever_negative": jnp.any(solution.ys[:, 0] < 0)}
+
+    lengths = np.array([0.5, 1.0, 2.0])
+    result = ds.sweep(
+        models.DampedPendulum(), {"length": lengths}, Y0, TS, solver=ds.RK4(),
+        dt=np.float64(0.01), chunk_size=np.int64(2), reduce=count_positive,
+        store=str(tmp_path / "ints.zarr"), progress=False,
+    )
+    lengths[:] = 99.0  # the result keeps the values it was given
+    ys = jax.vmap(_pendulum_ys, in_axes=(0, None))(jnp.array([0.5, 1.0, 2.0]), 0.0)
+    np.testing.assert_array_equal(result["positive"].values, (ys[:, :, 0] > 0).sum(axis=1))
+    np.testing.assert_array_equal(result["ever_negative"].values, (ys[:, :, 0] < 0).any(axis=1))
+    assert result["positive"].dtype == np.uint32
+    np.testing.assert_array_equal(result["length"].values, [0.5, 1.0, 2.0])
+
+
 def _worker(store, *extra, **kwargs):
     return subprocess.Popen(
         [sys.executable, WORKER, store, *extra],
@@ -261,7 +304,8 @@ def _finish(process, timeout=240):
 
 def _assert_same_results(store, reference):
     stored = ds.open_sweep(store)
-    assert set(stored.variables) == set(reference.variables)
+    assert set(stored.coords) == set(reference.coords)
+    assert set(stored.data_vars) == set(reference.data_vars)
     for name in reference.variables:
         np.testing.assert_array_equal(stored[name].values, reference[name].values, err_msg=name)
 
@@ -269,6 +313,11 @@ def _assert_same_results(store, reference):
 @pytest.fixture(scope="module")
 def small_reference():
     return sweep_worker.run(None)
+
+
+@pytest.fixture(scope="module")
+def large_reference():
+    return sweep_worker.run(None, "large")
 
 
 def test_four_devices_give_the_same_store_as_one(tmp_path, small_reference):
@@ -284,21 +333,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_give_the_same_store_as_one(tmp_path, small_reference):
-    store, port = str(tmp_path / "two.zarr"), str(_free_port())
-    workers = [
-        _worker(store, "--process-id", str(i), "--num-processes", "2", "--port", port)
+def _two_processes(store, extra_for_process_1=()):
+    port = str(_free_port())
+    return [
+        _worker(
+            store, "--size", "large", "--process-id", str(i), "--num-processes", "2",
+            "--port", port, *(extra_for_process_1 if i == 1 else ()),
+        )
         for i in range(2)
     ]
-    outputs = [_finish(w) for w in workers]
+
+
+def test_two_processes_give_the_same_store_as_one(tmp_path, large_reference):
+    store = str(tmp_path / "two.zarr")
+    # First a run in which process 1 fails after two chunks: both processes must stop with an
+    # error (neither waits forever for the other), keeping what was finished.
+    failing = _two_processes(store, extra_for_process_1=("--fail-after", "2"))
+    outputs = [w.communicate(timeout=240)[0] for w in failing]
+    assert [w.returncode for w in failing] != [0, 0]
+    assert "disk full (simulated)" in outputs[1], outputs[1]
+    assert "another process of this sweep failed" in outputs[0], outputs[0]
+    assert 2 <= len(os.listdir(os.path.join(store, "progress"))) - 1 < 60
+    # Then the same sweep again: it resumes and completes (each process writes its own chunks,
+    # 0, 2, 4, … and 1, 3, 5, … of the 60).
+    outputs = [_finish(w) for w in _two_processes(store)]
     assert "process 1 of 2" in outputs[1]
-    _assert_same_results(store, small_reference)
-    # each process wrote its own chunks: there are 12 (12 x 10 grid in blocks of 1 x 10, with
-    # chunk_size 16), split 0, 2, 4, … and 1, 3, 5, …
-    assert len(os.listdir(os.path.join(store, "progress"))) == 12 + 1
+    _assert_same_results(store, large_reference)
+    assert len(os.listdir(os.path.join(store, "progress"))) == 60 + 1
 
 
-def test_kill_minus_nine_then_resume_gives_identical_results(tmp_path):
+def test_kill_minus_nine_then_resume_gives_identical_results(tmp_path, large_reference):
     store = str(tmp_path / "killed.zarr")
     markers = os.path.join(store, "progress")
     worker = _worker(store, "--size", "large")
@@ -315,9 +379,10 @@ def test_kill_minus_nine_then_resume_gives_identical_results(tmp_path):
         warnings.simplefilter("error")  # no member failed
         resumed = sweep_worker.run(store, "large")
     assert len(os.listdir(markers)) - 1 == 60
-    reference = sweep_worker.run(None, "large")
-    for name in reference.variables:
-        np.testing.assert_array_equal(resumed[name].values, reference[name].values, err_msg=name)
+    for name in large_reference.variables:
+        np.testing.assert_array_equal(
+            resumed[name].values, large_reference[name].values, err_msg=name
+        )
 
 
 def test_distributed_initialize_outside_a_cluster_is_a_single_process(monkeypatch):
