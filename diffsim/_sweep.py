@@ -79,8 +79,9 @@ def sweep(
       every time, variable `y`), `"final_state"`, `"max_abs"` (max |y| over time), `"mean"`, or a
       function `solution -> pytree` (a dict names the variables; extra dimensions are named
       `<variable>_dim<k>`). Keep it small: memory and storage scale with it.
-    - `chunk_size`: members per chunk (default: about 64 MiB of outputs, at most 65,536). A
-      chunk is a block of the grid, so the chunks actually used may be slightly smaller.
+    - `chunk_size`: the most members per chunk (default: about 64 MiB of outputs, at most
+      65,536). A chunk is a rectangular block of the grid (whole trailing rows, then an even split
+      of the next dimension), so it can hold noticeably fewer members than `chunk_size`.
     - `store`: a path for a zarr store. Results are written chunk by chunk; if the store exists
       (an interrupted run), only the missing chunks are computed. A store written by a
       different sweep is refused with `SweepStoreError`.
@@ -90,9 +91,13 @@ def sweep(
     **Returns:** an `xarray.Dataset` with one dimension per grid axis (or `sample`), the axis
     values as coordinates, the outputs as variables (`time` and `state` dimensions labelled where
     they apply), and per member `result` (a `ds.RESULTS` code; failed members have NaN outputs)
-    and `num_steps`. Attributes record the sweep's config (`sweep_config`, JSON), package
-    versions, git commit, device kind, dtype and seed. With `store`, the variables are read
-    lazily from it. If members failed, a warning counts them by code (`ds.sweep_summary`).
+    and `num_steps`. Output names must differ from those and from the coordinates. Attributes
+    record the sweep's config (`sweep_config`, JSON), package versions, git commit, device kind,
+    dtype and seed. With `store`, the variables are read lazily from it. If members failed, a
+    warning counts them by code (`ds.sweep_summary`).
+
+    Several processes (after `ds.distributed.initialize`) each compute chunks `p, p + P, …` and
+    write them to the shared `store`; if one fails, all raise once they finish their share.
     """
     axes_ = _Axes.build(axes)
     spec = _MemberSpec.build(model, axes_, y0, ts, solver, dt, reduce, key, max_steps)
