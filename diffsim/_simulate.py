@@ -391,7 +391,13 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
         # Short intervals: reverse mode keeps one state per output time and recomputes the steps
         # of one interval at a time.
         interval = jax.checkpoint(interval)
-    _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts))
+    if ts.shape[0] == 2:
+        # One output interval (e.g. only the final state is wanted): no loop over intervals,
+        # which saves XLA a while loop to compile.
+        _, last = interval(y0, (ts[0], ts[1], counts[0]))
+        ys = jax.tree.map(lambda y: y[None], last)
+    else:
+        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts))
     ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
     num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
     stats = {
