@@ -7,6 +7,7 @@ checked at construction when its value is concrete, with an error that names the
 import dataclasses
 
 import equinox as eqx
+import jax.numpy as jnp
 
 from ._validate import as_optional_parameter, as_parameter, check_parameter
 
@@ -57,8 +58,6 @@ def constraints_hold(model):
     """A traced boolean: every `parameter` field of `model` satisfies its `positive` /
     `nonnegative` constraint (for values that were traced at construction, where
     `check_parameters` could not look)."""
-    import jax.numpy as jnp
-
     ok = jnp.array(True)
     for field in dataclasses.fields(model):
         constraint = parameter_constraints(field)
