@@ -31,6 +31,12 @@ def table(rows, headers) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def targets_table(checks) -> str:
+    """A Markdown table of (target, measured ratio, met?) rows."""
+    rows = [[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks]
+    return table(rows, ["target", "measured", "status"])
+
+
 class CompileClock:
     """Sums JAX's own trace, lowering and backend-compile durations while active, for timing
     the compilation inside a call that compiles internally (such as `ds.sweep`)."""

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, table  # noqa: E402
+from _timing import compile_seconds, table, targets_table  # noqa: E402
 
 import diffsim as ds  # noqa: E402
 import models  # noqa: E402
@@ -284,12 +284,7 @@ def main(argv=None):
         ),
     ]
     print()
-    print(
-        table(
-            [[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks],
-            ["target", "measured", "status"],
-        )
-    )
+    print(targets_table(checks))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, CompileClock, table  # noqa: E402
+from _timing import compile_seconds, CompileClock, table, targets_table  # noqa: E402
 from fixed_step import GRAVITY, make_diffrax, make_hand_scan, T1, Y0  # noqa: E402
 
 import diffsim as ds  # noqa: E402
@@ -171,12 +171,7 @@ def main(argv=None):
         (">= 2x diffrax members/s (run)", dfx[2] / ours[2], dfx[2] >= 2 * ours[2]),
     ]
     print()
-    print(
-        table(
-            [[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks],
-            ["target", "measured", "status"],
-        )
-    )
+    print(targets_table(checks))
 
 
 if __name__ == "__main__":
