@@ -15,7 +15,6 @@ Run: `python experiments/bench/fixed_step.py [--members N] [--steps N] [--quick]
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -27,7 +26,12 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, table, targets_table  # noqa: E402
+from _timing import (  # noqa: E402
+    fresh_compile_seconds,
+    machine_line,
+    table,
+    targets_table,
+)
 
 import diffsim as ds  # noqa: E402
 import models  # noqa: E402
@@ -156,12 +160,7 @@ def scipy_sample(lengths, dampings, sample: int):
 def compile_scaling(steps_list, members: int):
     """Compile time of diffsim's ensemble at different step counts (should not grow)."""
     lengths, dampings = ensemble(members)
-    return [
-        statistics.median(
-            compile_seconds(make_diffsim(n), lengths[d:], dampings[d:])[0] for d in (2, 1, 0)
-        )
-        for n in steps_list
-    ]
+    return [fresh_compile_seconds(make_diffsim(n), lengths, dampings)[0] for n in steps_list]
 
 
 def main(argv=None):
@@ -180,14 +179,9 @@ def main(argv=None):
         f"# Fixed-step ensemble: damped pendulum, RK4, float32, {args.members:,} members x "
         f"{args.steps:,} steps"
     )
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"jax {jax.__version__} on {jax.devices()[0].device_kind}, diffrax {diffrax.__version__}"
-    )
+    print(machine_line())
 
-    # Compile time: the median over three fresh compilations (ensembles of N-2, N-1 and N
-    # members force a new trace and compilation each time), so that one-time start-up costs of the
-    # process are not charged to whichever method is measured first.
+    # Compile time: the median over three fresh compilations (_timing.fresh_compile_seconds).
     peers = [
         ("diffsim", make_diffsim),
         ("hand-written vmap(scan)", make_hand_scan),
@@ -195,12 +189,7 @@ def main(argv=None):
     ]
     compiled, compile_s = {}, {}
     for name, make in peers:
-        times = []
-        for drop in (2, 1, 0):
-            sub = (lengths[drop:], dampings[drop:])
-            seconds, compiled[name] = compile_seconds(make(args.steps), *sub)
-            times.append(seconds)
-        compile_s[name] = statistics.median(times)
+        compile_s[name], compiled[name] = fresh_compile_seconds(make(args.steps), lengths, dampings)
     # Run time: rounds that time each method once, in a shuffled order, so that drifts in machine
     # speed hit all of them alike; the median over rounds.
     for name in compiled:

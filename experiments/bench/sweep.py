@@ -17,20 +17,18 @@ Run: `python experiments/bench/sweep.py [--lengths N --dampings N --steps N] [--
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 
-import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, CompileClock, table, targets_table  # noqa: E402
+from _timing import CompileClock, fresh_compile_seconds, machine_line, table, targets_table  # noqa: E402
 from fixed_step import GRAVITY, make_diffrax, make_hand_scan, T1, Y0  # noqa: E402
 
 import diffsim as ds  # noqa: E402
@@ -82,21 +80,12 @@ def main(argv=None):
         f"# Sweep: damped pendulum, RK4, float32, {args.lengths} x {args.dampings} = "
         f"{members:,} members x {args.steps:,} steps, final state kept"
     )
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}, "
-        f"diffrax {diffrax.__version__}"
-    )
+    print(machine_line())
 
     peers = {"hand-written jit(vmap(scan))": make_hand_scan, "diffrax vmap": make_diffrax}
     compiled, compile_s = {}, {}
     for name, make in peers.items():
-        times = []
-        for drop in (2, 1, 0):
-            subset = (flat_l[drop:], flat_d[drop:])
-            seconds, compiled[name] = compile_seconds(make(args.steps), *subset)
-            times.append(seconds)
-        compile_s[name] = statistics.median(times)
+        compile_s[name], compiled[name] = fresh_compile_seconds(make(args.steps), flat_l, flat_d)
         jax.block_until_ready(compiled[name](flat_l, flat_d))
 
     workdir = tempfile.mkdtemp(prefix="diffsim-bench-sweep-")
