@@ -7,6 +7,9 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 from importlib.metadata import PackageNotFoundError, version
 
 from . import distributed as distributed
+from ._fit import fit as fit, FitWarning as FitWarning
+from ._fit_data import Data as Data
+from ._fit_result import FitResult as FitResult
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,
@@ -18,6 +21,8 @@ from ._model import (
     split_pair as split_pair,
 )
 from ._parameter import parameter as parameter
+from ._profile import Profile as Profile, profile as profile
+from ._refit import FitBatch as FitBatch, refit as refit
 from ._results import (
     result_message as result_message,
     RESULTS as RESULTS,

@@ -1,0 +1,190 @@
+"""`FitResult`: what `ds.fit` returns, with its summary table, figure and JSON form."""
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._fit_data import Data
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitResult:
+    """The outcome of `ds.fit`. Every value is in natural units (the model's own).
+
+    - `model`, `y0`: the fitted model and initial state (at `t0`), ready for `ds.simulate`.
+    - `params`: dict name → fitted value of each unknown (parameters, then initial-state
+      components named `y0[<state name>]`); `stderr`: their standard errors (from
+      `covariance`); `confidence_intervals`: name → (lower, upper) Wald intervals at `level`.
+    - `covariance`: Gauss–Newton / Fisher covariance s²(JᵀJ)⁻¹, shape (k, k) in the order of
+      `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss; `correlation`.
+    - `noise_variance`: s² (1 when the noise was given, else the residual variance estimate);
+      `dof`: observed values − unknowns.
+    - `converged`, `reason`, `iterations`, `num_solves` (simulations run, all starts and
+      stages), `loss` (sum of squared weighted residuals), `loss_history` (best loss after each
+      iteration of the chosen start's final stage).
+    - `residuals`: weighted residuals shaped like the data values (NaN where data are missing);
+      `predictions`: the fitted model's observables at the data times.
+    - `starts`: dict with `loss`, `converged` and `params` (name → array) of every start;
+      `best_start`: the index kept. `shooting`: the multiple-shooting stage's summary or None.
+    - `warnings`: identifiability and other notes (also issued as Python warnings).
+    """
+
+    model: Any
+    y0: Any
+    names: tuple[str, ...]
+    params: dict
+    stderr: dict
+    confidence_intervals: dict
+    level: float
+    covariance: np.ndarray
+    covariance_laplace: np.ndarray
+    correlation: np.ndarray
+    noise_variance: float
+    dof: int
+    converged: bool
+    reason: str
+    iterations: int
+    num_solves: int
+    loss: float
+    loss_history: np.ndarray
+    residuals: np.ndarray
+    predictions: np.ndarray
+    starts: dict
+    best_start: int
+    shooting: dict | None
+    warnings: tuple[str, ...]
+    method: str
+    data: Data
+    t0: float
+    seconds: float
+    _problem: Any = dataclasses.field(repr=False)
+    _settings: dict = dataclasses.field(repr=False)
+
+    def summary(self) -> str:
+        """A text table of the fitted values, standard errors and intervals, with the fit's
+        diagnostics and warnings."""
+        sigma = "given noise" if self._settings["noise_known"] else "noise estimated"
+        lines = [
+            f"fit of {type(self.model).__name__}: {self.method}, "
+            f"{'converged' if self.converged else 'NOT converged'} ({self.reason})",
+            f"{self.iterations} iterations, {self.num_solves} simulations, {self.seconds:.2f} s; "
+            f"loss {self.loss:.6g} on {self.data.num_observed} values, dof {self.dof} "
+            f"({sigma}, s² = {self.noise_variance:.4g})",
+        ]
+        if len(self.starts["loss"]) > 1:
+            ok = int(np.sum(self.starts["converged"]))
+            lines.append(
+                f"{len(self.starts['loss'])} starts ({ok} converged); kept start "
+                f"{self.best_start}; losses {_short(self.starts['loss'])}"
+            )
+        if self.shooting is not None:
+            lines.append(
+                f"multiple shooting: {self.shooting['segments']} segments, "
+                f"{self.shooting['iterations']} iterations, largest continuity defect "
+                f"{self.shooting['max_defect']:.2e}, then refined by single shooting"
+            )
+        percent = f"{100 * self.level:g}%"
+        rows = [["parameter", "value", "std. error", "rel. error", f"{percent} interval"]]
+        for name in self.names:
+            value, se = self.params[name], self.stderr[name]
+            low, high = self.confidence_intervals[name]
+            relative = abs(se / value) if value != 0 else float("nan")
+            rows.append(
+                [name, f"{value:.6g}", f"{se:.3g}", f"{100 * relative:.2g}%",
+                 f"[{low:.5g}, {high:.5g}]"]
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for i, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The result as plain JSON-ready values (no model object)."""
+        return dict(
+            model=type(self.model).__name__,
+            method=self.method,
+            converged=self.converged,
+            reason=self.reason,
+            iterations=self.iterations,
+            num_solves=self.num_solves,
+            loss=self.loss,
+            dof=self.dof,
+            noise_variance=self.noise_variance,
+            level=self.level,
+            t0=self.t0,
+            params=self.params,
+            stderr=self.stderr,
+            confidence_intervals={k: list(v) for k, v in self.confidence_intervals.items()},
+            names=list(self.names),
+            covariance=self.covariance.tolist(),
+            covariance_laplace=self.covariance_laplace.tolist(),
+            correlation=self.correlation.tolist(),
+            y0=np.asarray(self.y0).tolist(),
+            starts=dict(
+                loss=np.asarray(self.starts["loss"]).tolist(),
+                converged=np.asarray(self.starts["converged"]).tolist(),
+            ),
+            best_start=self.best_start,
+            shooting=self.shooting,
+            warnings=list(self.warnings),
+            seconds=self.seconds,
+        )
+
+    def plot(self, *, points: int = 400):
+        """Data, the fitted curve and the residuals, one column per observable; returns the
+        matplotlib figure."""
+        import matplotlib.pyplot as plt
+
+        ts, curve = self.curve(points)
+        data = self.data
+        values = data.values.reshape(len(data.ts), -1)
+        residuals = self.residuals.reshape(len(data.ts), -1)
+        m = values.shape[1]
+        names = data.names or tuple(f"observable {i}" for i in range(m))
+        fig, axes = plt.subplots(
+            2, m, figsize=(4.2 * m, 4.8), sharex=True, squeeze=False,
+            gridspec_kw=dict(height_ratios=[3, 1]),
+        )
+        for j in range(m):
+            top, bottom = axes[0, j], axes[1, j]
+            top.plot(data.ts, values[:, j], "o", ms=3.5, color="0.25", label="data")
+            top.plot(ts, curve[:, j], "-", color="C0", label="fit")
+            top.set_title(names[j])
+            bottom.axhline(0.0, color="0.6", lw=0.8)
+            bottom.plot(data.ts, residuals[:, j], "o", ms=3, color="C3")
+            bottom.set_xlabel("t")
+            bottom.set_ylabel("log residual" if self._settings["log_loss"] else "residual")
+        axes[0, 0].legend(frameon=False)
+        fig.tight_layout()
+        return fig
+
+    def curve(self, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+        """The fitted model's observables on a fine grid from t0 to the last data time:
+        (times, values of shape (times, observables))."""
+        from ._fit import fine_times
+
+        problem = self._problem
+        ts = fine_times(problem, points)
+        fine = type(problem)(**{
+            **{f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)},
+            "ts": tuple(float(t) for t in ts),
+            "first_observed": 0,
+            "windows": ((0, len(ts) - 1),),
+            "batched": False,
+            "steps_per_save": None,
+        })
+        p = jnp.asarray([self.params[n] for n in self.names], problem.y0.dtype)
+        model, y0, _ = fine.assemble(p)
+        states, _ = fine.states(model, y0, jnp.zeros((0, y0.shape[0]), y0.dtype))
+        return ts, np.asarray(fine.observed(states))
+
+
+def _short(values) -> str:
+    values = np.asarray(values)
+    shown = ", ".join(f"{v:.4g}" for v in values[:8])
+    return f"[{shown}{', …' if values.size > 8 else ''}]"

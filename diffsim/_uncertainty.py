@@ -1,0 +1,162 @@
+"""Uncertainty of fitted parameters: covariances, standard errors, intervals, identifiability.
+
+At the optimum p̂ of S(p) = Σ rᵢ(p)² (residuals already divided by the noise when it is known):
+
+- Gauss–Newton / Fisher covariance  C = s² (JᵀJ)⁻¹, J = ∂r/∂p;
+- Laplace covariance                C = s² H⁻¹,     H = ∇²(S/2) (includes the curvature of r);
+- s² = 1 when the noise is known, else S(p̂)/(n − k) (n observed values, k fitted unknowns);
+- Wald intervals p̂ ± q·se with q the normal quantile (noise known) or Student's t with n − k
+  degrees of freedom (noise estimated);
+- identifiability: eigenvalues of the scaled information matrix (J·diag|p̂|)ᵀ(J·diag|p̂|),
+  relative to the largest; a tiny one is a direction the data do not determine.
+"""
+
+import statistics
+
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+
+# Relative eigenvalue of the scaled information matrix below which a direction counts as not
+# identifiable: its relative standard error is then >= 1e4 times that of the best direction.
+NONIDENTIFIABLE_RCOND = 1e-8
+
+
+def quantile(level: float, dof: int | None) -> float:
+    """Two-sided quantile: P(|X| <= q) = level for X normal (dof None) or Student's t."""
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    if dof is None:
+        return z
+    if dof < 1:
+        return float("nan")
+    nu = float(dof)
+
+    def two_sided(x):  # P(|T| <= x) = 1 - I_{ν/(ν+x²)}(ν/2, 1/2)
+        return 1.0 - float(jsp.betainc(nu / 2, 0.5, nu / (nu + x * x)))
+
+    low, high = z, z
+    while two_sided(high) < level:
+        high *= 2.0
+    for _ in range(80):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if two_sided(middle) < level else (low, middle)
+    return 0.5 * (low + high)
+
+
+def chi2_quantile_1dof(level: float) -> float:
+    """The `level` quantile of χ² with one degree of freedom (the profile likelihood cut)."""
+    return statistics.NormalDist().inv_cdf(0.5 + level / 2) ** 2
+
+
+def inverse(matrix: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetric positive semi-definite matrix, through its eigenvalues, with the
+    ones at round-off level raised to it: a direction the data do not determine gets a huge
+    (not a silently small or negative) variance."""
+    values, vectors = np.linalg.eigh(matrix)
+    floor = max(values.max(), 0.0) * np.finfo(np.float64).eps * matrix.shape[0]
+    values = np.maximum(values, floor) if floor > 0 else np.where(values > 0, values, np.inf)
+    return (vectors / values) @ vectors.T
+
+
+def correlation(covariance: np.ndarray) -> np.ndarray:
+    sd = np.sqrt(np.diag(covariance))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return covariance / np.outer(sd, sd)
+
+
+def nonidentifiable(jacobian: np.ndarray, p: np.ndarray, names) -> list[str]:
+    """Sentences naming the parameter combinations the data do not determine."""
+    scaled = jacobian * np.where(np.abs(p) > 0, np.abs(p), 1.0)
+    info = scaled.T @ scaled
+    values, vectors = np.linalg.eigh(info)
+    top = values.max()
+    notes = []
+    if not top > 0:
+        return ["the residuals do not depend on any fitted unknown: nothing is identifiable"]
+    for value, vector in zip(values, vectors.T):
+        if value / top >= NONIDENTIFIABLE_RCOND:
+            continue
+        weights = vector / np.abs(vector).max()
+        involved = [
+            f"{w:+.2f}·{name}" for w, name in zip(weights, names) if abs(w) >= 0.1
+        ]
+        notes.append(
+            "practically non-identifiable: the data do not determine the direction "
+            f"{' '.join(involved)} (relative changes; eigenvalue {value / top:.1e} of the "
+            "largest). Fix one of these parameters, or add data that separate them"
+        )
+    return notes
+
+
+def analyse(
+    jacobian, hessian, p, loss, num_observed, noise_known, level, names, at_optimum=True
+) -> dict:
+    """Covariances, standard errors, intervals and identifiability notes (NumPy, float64)."""
+    jacobian = np.asarray(jacobian, np.float64)
+    hessian = np.asarray(hessian, np.float64)
+    p = np.asarray(p, np.float64)
+    k = p.shape[0]
+    dof = num_observed - k
+    notes = []
+    if noise_known:
+        s2 = 1.0
+    elif dof > 0:
+        s2 = float(loss) / dof
+    else:
+        s2 = float("nan")
+        notes.append(
+            f"{num_observed} observed values for {k} unknowns: no degrees of freedom are left "
+            "to estimate the noise, so there are no standard errors (give the data's noise)"
+        )
+    fisher = s2 * inverse(jacobian.T @ jacobian)
+    symmetric = 0.5 * (hessian + hessian.T)
+    if np.all(np.isfinite(symmetric)) and np.linalg.eigvalsh(symmetric).min() > 0:
+        laplace = s2 * np.linalg.inv(symmetric)
+    else:
+        laplace = np.full((k, k), np.nan)
+    if not at_optimum:
+        notes.append(
+            "the uncertainties are evaluated at the last iterate, which is not an optimum: "
+            "they describe no confidence region"
+        )
+    elif np.isnan(laplace).all():
+        notes.append(
+            "the Hessian of the loss is not positive definite at the result (not a strict "
+            "minimum): the Laplace covariance is undefined"
+        )
+    stderr = np.sqrt(np.clip(np.diag(fisher), 0, None))
+    q = quantile(level, None if noise_known else dof)
+    if at_optimum:
+        notes += nonidentifiable(jacobian, p, names)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = stderr / np.abs(p)
+    for name, r in zip(names, relative):
+        if at_optimum and np.isfinite(r) and r > 1 and not any(name in n for n in notes):
+            notes.append(
+                f"{name}: its standard error exceeds its value ({100 * r:.0f}%); the data "
+                "constrain it weakly (see ds.profile for a likelihood-based interval)"
+            )
+    return dict(
+        covariance=fisher,
+        covariance_laplace=laplace,
+        stderr=stderr,
+        lower=p - q * stderr,
+        upper=p + q * stderr,
+        correlation=correlation(fisher),
+        noise_variance=s2,
+        dof=dof,
+        quantile=q,
+        notes=notes,
+    )
+
+
+def batched_wald(jacobians, p, losses, num_observed, noise_known, level):
+    """Standard errors and Wald intervals for a batch of fits (leading axis), in JAX."""
+    k = p.shape[-1]
+    dof = num_observed - k
+    s2 = jnp.ones_like(losses) if noise_known else losses / dof
+    information = jnp.einsum("bni,bnj->bij", jacobians, jacobians)
+    covariance = s2[:, None, None] * jnp.linalg.inv(information)
+    stderr = jnp.sqrt(jnp.diagonal(covariance, axis1=1, axis2=2))
+    q = quantile(level, None if noise_known else dof)
+    return stderr, p - q * stderr, p + q * stderr

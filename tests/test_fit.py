@@ -1,0 +1,309 @@
+"""ds.fit, ds.profile, ds.refit: recovery of known parameters, honest uncertainties, errors."""
+
+import json
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import diffsim as ds
+import models
+
+LYNX_HARE = Path(__file__).parent.parent / "experiments" / "data" / "lynx_hare.csv"
+
+# The damped pendulum observed through its angle only (101 values over 10 s, noise 0.05 rad).
+TRUTH = dict(length=1.3, damping=0.25)
+Y0 = jnp.array([1.0, 0.0])
+TS = np.linspace(0.0, 10.0, 101)
+NOISE = 0.05
+
+
+def angle(y):
+    return y[0]
+
+
+def _clean_angle(ts=TS, dt=0.01):
+    solution = ds.simulate(models.DampedPendulum(**TRUTH), Y0, ts, solver=ds.RK4(), dt=dt)
+    return np.asarray(solution.ys[:, 0])
+
+
+def _noisy(seed, clean=None):
+    clean = _clean_angle() if clean is None else clean
+    return clean + NOISE * np.random.default_rng(seed).standard_normal(clean.shape)
+
+
+def _fit_pendulum(values, guess=None, **options):
+    options = dict(
+        params=["length", "damping"], observe=angle, solver=ds.RK4(), dt=0.01, **options
+    )
+    guess = models.DampedPendulum(length=0.8, damping=0.1) if guess is None else guess
+    return ds.fit(guess, Y0, (TS, values), **options)
+
+
+@pytest.fixture(scope="module")
+def pendulum_fit():
+    return _fit_pendulum(_noisy(0))
+
+
+def test_recovers_truth_within_three_standard_errors(pendulum_fit):
+    result = pendulum_fit
+    assert result.converged, result.reason
+    for name, value in TRUTH.items():
+        assert abs(result.params[name] - value) < 3 * result.stderr[name], result.summary()
+    # The noise estimate s from 99 residual dof: its relative sd is 1/sqrt(2*99) = 7%.
+    assert np.sqrt(result.noise_variance) == pytest.approx(NOISE, rel=0.25)
+    # the fitted model is the model with the fitted values; the others stay as they were
+    assert float(result.model.length) == result.params["length"]
+    assert float(result.model.gravity) == 9.81
+    history = result.loss_history
+    assert np.all(np.diff(history) <= 0) and history[-1] == pytest.approx(result.loss)
+    assert result.residuals.shape == TS.shape
+    text = result.summary()
+    assert "length" in text and "damping" in text and "converged" in text
+
+
+def test_covariance_matches_finite_difference_hessian(pendulum_fit):
+    result = pendulum_fit
+    names = result.names
+    p_hat = np.array([result.params[n] for n in names])
+    values = _noisy(0)
+
+    def loss(p):
+        model = models.DampedPendulum(length=p[0], damping=p[1])
+        predicted = ds.simulate(model, Y0, TS, solver=ds.RK4(), dt=0.01).ys[:, 0]
+        return 0.5 * float(jnp.sum((predicted - values) ** 2))
+
+    # Central second differences with steps ~1e-4 of the standard errors' scale: truncation
+    # O(h²) ~ 1e-8 relative, round-off ~ eps·loss/h² ~ 1e-6 relative.
+    h = 1e-4 * np.maximum(np.abs(p_hat), 1e-2)
+    k = len(names)
+    hessian = np.zeros((k, k))
+    for i in range(k):
+        for j in range(k):
+            def at(si, sj):
+                p = p_hat.copy()
+                p[i] += si * h[i]
+                p[j] += sj * h[j]
+                return loss(p)
+
+            hessian[i, j] = (at(1, 1) - at(1, -1) - at(-1, 1) + at(-1, -1)) / (4 * h[i] * h[j])
+    laplace = result.noise_variance * np.linalg.inv(hessian)
+    np.testing.assert_allclose(result.covariance_laplace, laplace, rtol=1e-4)
+    # Gauss–Newton drops Σ rᵢ∇²rᵢ: small at a good fit (residuals are noise), not zero.
+    np.testing.assert_allclose(result.covariance, laplace, rtol=0.05)
+
+
+def test_intervals_cover_the_truth_over_200_repeats(pendulum_fit):
+    clean = _clean_angle()
+    noise = NOISE * np.random.default_rng(123).standard_normal((200, clean.size))
+    batch = ds.refit(pendulum_fit, clean[None] + noise, start="guess")
+    assert batch.converged.mean() >= 0.99
+    coverage = batch.coverage(TRUTH)
+    # 95% intervals: the binomial sd of the coverage over 200 repeats is 1.5%.
+    for name, fraction in coverage.items():
+        assert 0.90 <= fraction <= 0.99, coverage
+
+
+def test_profile_interval_agrees_with_wald_for_a_well_determined_parameter(pendulum_fit):
+    profile = ds.profile(pendulum_fit, "damping", points=11)
+    assert profile.converged.all()
+    assert profile.deviance.min() > -1e-6  # the fit was the optimum
+    low, high = profile.interval
+    wald_low, wald_high = profile.wald
+    width = wald_high - wald_low
+    # nearly linear in this direction: ends within 10% of the interval's width
+    assert abs(low - wald_low) < 0.1 * width and abs(high - wald_high) < 0.1 * width
+    assert low < pendulum_fit.params["damping"] < high
+
+
+def test_fixed_parameters_stay_fixed_and_partial_initial_state():
+    values = _noisy(1)
+    guess = models.DampedPendulum(length=1.0, damping=0.1, gravity=9.81)
+    result = ds.fit(
+        guess, jnp.array([0.9, 0.0]), (TS, values), params="damping",
+        initial_state=["angle"], observe=angle, solver=ds.RK4(), dt=0.01,
+    )
+    assert result.names == ("damping", "y0[angle]")
+    assert float(result.model.length) == 1.0 and float(result.model.gravity) == 9.81
+    assert float(result.y0[1]) == 0.0  # the unfitted velocity component is kept
+
+
+def test_bounds_hold_strictly():
+    # The truth (damping 0.25) lies below the allowed range: the fit ends on the bound's side.
+    guess = models.DampedPendulum(length=0.8, damping=0.4)
+    result = _fit_pendulum(_noisy(2), guess, bounds={"damping": (0.3, 0.5)})
+    assert 0.3 < result.params["damping"] < 0.5
+    assert result.params["damping"] == pytest.approx(0.3, abs=1e-3)
+    with pytest.raises(ValueError, match="strictly inside its bounds"):
+        _fit_pendulum(_noisy(2), bounds={"damping": (0.2, 0.5)})
+
+
+def test_missing_values_are_ignored():
+    values = _noisy(3)
+    holes = values.copy()
+    holes[5:40:3] = np.nan
+    keep = ~np.isnan(holes)
+    with_nan = _fit_pendulum(holes)
+    guess = models.DampedPendulum(length=0.8, damping=0.1)
+    without = ds.fit(
+        guess, Y0, (TS[keep], values[keep]), params=["length", "damping"], observe=angle,
+        solver=ds.RK4(), dt=0.01,
+    )
+    for name in TRUTH:
+        assert with_nan.params[name] == pytest.approx(without.params[name], rel=1e-7)
+        assert with_nan.stderr[name] == pytest.approx(without.stderr[name], rel=1e-6)
+    assert np.isnan(with_nan.residuals[5])
+
+
+@pytest.mark.parametrize(
+    "method", ["gauss-newton", "bfgs", optax.adam(0.02)], ids=["gauss-newton", "bfgs", "optax"]
+)
+def test_other_methods_reach_the_same_optimum(pendulum_fit, method):
+    guess = models.DampedPendulum(length=1.2, damping=0.2)
+    result = ds.fit(
+        guess, Y0, (TS, _noisy(0)), params=["length", "damping"], observe=angle,
+        solver=ds.RK4(), dt=0.01, method=method,
+    )
+    for name in TRUTH:
+        # optax's Adam ends within a fraction of a standard error, not to round-off
+        tolerance = 0.05 * pendulum_fit.stderr[name]
+        assert abs(result.params[name] - pendulum_fit.params[name]) < tolerance, result.summary()
+
+
+def test_multiple_starts_escape_a_wrong_frequency():
+    # x = cos(3t) over 5 periods: the loss in ω has a local minimum every ~0.6; from ω = 2 a
+    # single LM start settles in one, and among 16 starts (log-uniform within a factor 10 of
+    # the guess) some land in the true basin.
+    ts = np.linspace(0.0, 10.0, 201)
+    values = np.cos(3.0 * ts) + 0.1 * np.random.default_rng(0).standard_normal(ts.size)
+    guess = models.HarmonicOscillator(omega=2.0)
+    options = dict(params=["omega"], observe=angle, solver=ds.RK4(), dt=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.FitWarning)
+        single = ds.fit(guess, Y0, (ts, values), **options)
+    several = ds.fit(guess, Y0, (ts, values), **options, starts=16, key=jax.random.key(0))
+    assert abs(single.params["omega"] - 3.0) > 0.1
+    assert abs(several.params["omega"] - 3.0) < 3 * several.stderr["omega"]
+    assert several.starts["loss"].shape == (16,)
+    assert several.loss == pytest.approx(float(np.min(several.starts["loss"])))
+    assert several.loss < 0.05 * single.loss
+
+
+def test_multiple_shooting_fits_lorenz_where_single_shooting_fails():
+    truth = models.Lorenz()
+    y0 = jnp.array([-8.0, 7.0, 27.0])
+    ts = np.linspace(0.0, 2.0, 101)
+    clean = np.asarray(ds.simulate(truth, y0, ts, solver=ds.RK4(), dt=0.005).ys)
+    values = clean + 0.5 * np.random.default_rng(2).standard_normal(clean.shape)
+    guess = models.Lorenz(sigma=5.0, rho=15.0, beta=1.0)
+    options = dict(
+        params=["sigma", "rho", "beta"], initial_state=True, solver=ds.RK4(), dt=0.005
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.FitWarning)
+        single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options)
+    shooting = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, segments=10)
+    # The noise is 0.5: a good fit leaves residual variance ≈ 0.25; single shooting does not.
+    assert single.noise_variance > 10
+    assert shooting.noise_variance == pytest.approx(0.25, rel=0.25)
+    for name, value in (("sigma", 10.0), ("rho", 28.0), ("beta", 8 / 3)):
+        assert abs(shooting.params[name] - value) < 3 * shooting.stderr[name], shooting.summary()
+    assert shooting.shooting["segments"] == 10 and shooting.converged
+
+
+def test_lynx_hare_agrees_with_the_published_estimates():
+    # Carpenter (2018), Stan case study "Predator-Prey Population Dynamics", posterior means
+    # under multiplicative (log-normal) noise: α 0.55, β 0.028, γ 0.80, δ 0.024, z0 = (33.9, 5.9).
+    data = ds.Data.from_csv(LYNX_HARE, time="year")
+    result = ds.fit(
+        models.LotkaVolterra(), jnp.array([30.0, 4.0]), data,
+        params=["alpha", "beta", "gamma", "delta"], initial_state=True, loss="log",
+        bounds={"y0[prey]": (0, None), "y0[predator]": (0, None)}, solver=ds.RK4(), dt=0.02,
+    )
+    published = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024,
+                 "y0[prey]": 33.9, "y0[predator]": 5.9}
+    for name, value in published.items():
+        # a maximum-likelihood estimate against a posterior mean: within one standard error
+        assert abs(result.params[name] - value) < result.stderr[name], result.summary()
+    assert np.sqrt(result.noise_variance) == pytest.approx(0.25, abs=0.05)
+
+
+def test_nonidentifiable_parameters_are_named():
+    # Only g/L enters the pendulum's motion: length and gravity cannot both be determined.
+    guess = models.DampedPendulum(length=1.0, gravity=9.0, damping=0.2)
+    with pytest.warns(ds.FitWarning, match="non-identifiable") as record:
+        result = ds.fit(
+            guess, Y0, (TS, _noisy(5)), params=["length", "gravity"], observe=angle,
+            solver=ds.RK4(), dt=0.01,
+        )
+    message = next(str(w.message) for w in record if "non-identifiable" in str(w.message))
+    assert "length" in message and "gravity" in message
+    assert any("non-identifiable" in w for w in result.warnings)
+
+
+def test_data_sources_agree(tmp_path):
+    import pandas as pd
+    import xarray as xr
+
+    path = tmp_path / "data.csv"
+    values = _noisy(6)
+    path.write_text("t,angle\n" + "".join(f"{t},{v}\n" for t, v in zip(TS, values)))
+    from_csv = ds.Data.from_csv(path)
+    from_frame = ds.Data.from_frame(pd.DataFrame({"angle": values}, index=TS))
+    from_xarray = ds.Data.from_xarray(xr.DataArray(values, coords={"t": TS}, dims="t"))
+    for data in (from_csv, from_frame, from_xarray):
+        np.testing.assert_allclose(data.ts, TS)
+        np.testing.assert_allclose(data.values.ravel(), values)
+    assert from_csv.names == ("angle",)
+
+
+def test_result_plot_and_json(pendulum_fit, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    figure = pendulum_fit.plot()
+    figure.savefig(tmp_path / "fit.png")
+    record = json.loads(json.dumps(pendulum_fit.to_dict()))
+    assert record["params"]["length"] == pendulum_fit.params["length"]
+    assert np.asarray(record["covariance"]).shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(params=["lenght"]), "no parameter 'lenght'"),
+        (dict(data=(TS, np.zeros((50,)))), "one row per observation time"),
+        (dict(data=(TS, np.full(TS.shape, np.nan))), "every data value is NaN"),
+        (dict(noise=-0.1), "noise must be positive"),
+        (dict(observe=None), "pass observe="),
+        (dict(observe=lambda y: y), "observe returns 2 value"),
+        (dict(t0=1.0), "not after the first data time"),
+        (dict(loss="log"), "needs positive data"),
+        (dict(dt=None), "fixed-step solver: pass dt"),
+        (dict(method="newton"), "method must be one of"),
+        (dict(segments=0), "segments must be an int >= 1"),
+        (dict(segments=200), "at most 100 segments"),
+        (dict(initial_state=["spin"]), "initial_state names 'spin'"),
+        (dict(bounds={"gravity": (0, 20)}), "which are not fitted"),
+        (dict(data=(TS[::-1], np.zeros(101))), "strictly increasing"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(change, message):
+    arguments = dict(
+        data=(TS, np.sin(TS)), params=["length"], observe=angle, solver=ds.RK4(), dt=0.01
+    )
+    arguments.update(change)
+    data = arguments.pop("data")
+    with pytest.raises(ValueError, match=message):
+        ds.fit(models.DampedPendulum(), Y0, data, **arguments)
+
+
+def test_profile_and_refit_reject_bad_input(pendulum_fit):
+    with pytest.raises(ValueError, match="not a fitted unknown"):
+        ds.profile(pendulum_fit, "gravity")
+    with pytest.raises(ValueError, match="values must have shape"):
+        ds.refit(pendulum_fit, np.zeros((3, 50)))
