@@ -25,9 +25,9 @@ or, instead of `[axes]`, zipped samples:
     log = ["length"]                      # optional
 """
 
-import tomllib
-
 import numpy as np
+
+from ._config import ConfigError, load_toml, model_from, solver_from
 
 _KEYS = {
     "description", "model", "parameters", "axes", "samples", "y0", "ts", "solver", "dt",
@@ -36,21 +36,12 @@ _KEYS = {
 _REQUIRED = ("model", "y0", "ts", "solver", "store")
 
 
-class SweepConfigError(ValueError):
+class SweepConfigError(ConfigError):
     """The TOML file does not describe a valid sweep."""
 
 
 def load(path: str) -> dict:
-    try:
-        with open(path, "rb") as file:
-            config = tomllib.load(file)
-    except FileNotFoundError:
-        raise SweepConfigError(f"no sweep config at {path!r}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SweepConfigError(f"{path}: not valid TOML: {error}") from None
-    unknown = sorted(set(config) - _KEYS)
-    if unknown:
-        raise SweepConfigError(f"{path}: unknown keys {unknown}; known keys: {sorted(_KEYS)}")
+    config = load_toml(path, "sweep", _KEYS, SweepConfigError)
     missing = [k for k in _REQUIRED if k not in config]
     if ("axes" in config) == ("samples" in config):
         missing.append("exactly one of [axes] or [samples]")
@@ -70,7 +61,7 @@ def sweep_arguments(config: dict) -> dict:
     import diffsim as ds
 
     dtype = jnp.dtype(config.get("dtype", "float64"))
-    model = _model(config["model"], config.get("parameters", {}))
+    model = model_from(config["model"], config.get("parameters", {}))
     if "axes" in config:
         axes = {name: _values(name, spec) for name, spec in config["axes"].items()}
     else:
@@ -80,32 +71,13 @@ def sweep_arguments(config: dict) -> dict:
         axes=axes,
         y0=jnp.asarray(config["y0"], dtype=dtype),
         ts=jnp.asarray(_values("ts", config["ts"]), dtype=dtype),
-        solver=_solver(config["solver"], ds),
+        solver=solver_from(config["solver"]),
         dt=config.get("dt"),
         max_steps=config.get("max_steps", 100_000),
         reduce=config.get("reduce"),
         chunk_size=config.get("chunk_size"),
         store=config["store"],
     )
-
-
-def _model(name, parameters):
-    import diffsim as ds
-    import models
-
-    cls = getattr(models, str(name), None)
-    if not (isinstance(cls, type) and issubclass(cls, ds.AbstractODE)):
-        classes = {n: getattr(models, n) for n in dir(models)}
-        available = sorted(
-            n for n, c in classes.items() if isinstance(c, type) and issubclass(c, ds.AbstractODE)
-        )
-        raise SweepConfigError(f"model {name!r} is not in models; available: {available}")
-    if not isinstance(parameters, dict):
-        raise SweepConfigError(f"parameters must be a table, got {parameters!r}")
-    try:
-        return cls(**parameters)
-    except TypeError as error:
-        raise SweepConfigError(f"parameters of {name}: {error}") from None
 
 
 def _values(name, spec) -> np.ndarray:
@@ -139,18 +111,3 @@ def _samples(spec, jax, ds):
     if method == "halton":
         return ds.Samples.halton(bounds, n, log=log, skip=spec.get("skip", 0))
     raise SweepConfigError(f"samples method {method!r}: choose latin_hypercube or halton")
-
-
-def _solver(spec, ds):
-    if isinstance(spec, str):
-        spec = {"name": spec}
-    if not isinstance(spec, dict) or "name" not in spec:
-        raise SweepConfigError(f"solver must be a name or {{ name = ..., ... }}, got {spec!r}")
-    options = {k: v for k, v in spec.items() if k != "name"}
-    cls = getattr(ds, str(spec["name"]), None)
-    if not (isinstance(cls, type) and issubclass(cls, ds.AbstractSolver)) or cls is ds.Diffrax:
-        raise SweepConfigError(f"solver {spec['name']!r} is not a diffsim solver (e.g. RK4, Tsit5)")
-    try:
-        return cls(**options)
-    except TypeError as error:
-        raise SweepConfigError(f"solver {spec['name']}: {error}") from None

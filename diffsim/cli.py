@@ -70,6 +70,43 @@ def _sweep(args) -> int:
     return 0
 
 
+def _fit(args) -> int:
+    import json
+    import os
+
+    from ._fit_config import fit_arguments, FitConfigError, load
+
+    try:
+        config = load(args.config)
+    except FitConfigError as error:
+        print(f"diffsim fit: {error}", file=sys.stderr)
+        return 2
+    import jax
+
+    jax.config.update("jax_enable_x64", config.get("dtype", "float64") == "float64")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import diffsim as ds
+
+    out = args.out or config["out"]
+    try:
+        result = ds.fit(**fit_arguments(config))
+    except (FitConfigError, ValueError, TypeError, FileNotFoundError) as error:
+        print(f"diffsim fit: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    summary = result.summary()
+    print(summary)
+    with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as file:
+        file.write(summary + "\n")
+    with open(os.path.join(out, "fit.json"), "w", encoding="utf-8") as file:
+        json.dump({"config": os.path.abspath(args.config), **result.to_dict()}, file, indent=1)
+    result.plot().savefig(os.path.join(out, "fit.png"), dpi=120)
+    print(f"wrote {out}/summary.txt, fit.json, fit.png")
+    return 0 if result.converged else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="diffsim", description="Differentiable physics and ODE simulation on JAX."
@@ -92,6 +129,12 @@ def main(argv=None) -> int:
     )
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_sweep)
+    fit = commands.add_parser(
+        "fit", help="fit a model to data as described in a TOML file; print the summary"
+    )
+    fit.add_argument("config", help="the fit's TOML file (see experiments/fits/)")
+    fit.add_argument("--out", help="write the results here instead of the config's out")
+    fit.set_defaults(handler=_fit)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)
