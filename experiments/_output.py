@@ -1,0 +1,32 @@
+"""Writing an experiment's outputs: figures (PNG and PDF, no timestamps), tables, a summary."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def figure(fig, out: Path, name: str) -> list[str]:
+    """Save `fig` as `name`.png and `name`.pdf without creation dates (byte-stable reruns)."""
+    out = Path(out)
+    fig.savefig(out / f"{name}.png", dpi=130, metadata={"Software": None})
+    fig.savefig(out / f"{name}.pdf", metadata={"CreationDate": None, "Producer": None})
+    return [f"{name}.png", f"{name}.pdf"]
+
+
+def table(out: Path, name: str, columns: dict) -> str:
+    """Write equal-length columns (name → values) as `name`.csv."""
+    keys = list(columns)
+    rows = zip(*(np.asarray(columns[k]).tolist() for k in keys))
+    with open(Path(out) / f"{name}.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(keys)
+        writer.writerows(rows)
+    return f"{name}.csv"
+
+
+def summary(out: Path, name: str, record: dict) -> str:
+    with open(Path(out) / f"{name}.json", "w", encoding="utf-8") as file:
+        json.dump(record, file, indent=1, default=float)
+    return f"{name}.json"
