@@ -110,21 +110,19 @@ def fit(
         level, max_steps,
     )
     problem, optimizer = setup["problem"], setup["optimizer"]
-    guess_u = problem.unconstrained(setup["guess"])
-    u0s = _start_points(problem, guess_u, starts, key)
+    p0s = _start_points(problem, setup["guess"], starts, key)
     solves = 0
     shooting = None
     if segments > 1:
         shooting_problem = _shooting_problem(problem, segments, continuity_weight, setup)
         nodes = _initial_nodes(problem, shooting_problem, setup["guess"])
-        stage = _run(
+        stage, p_stage = _run(
             shooting_problem,
-            jnp.concatenate([u0s, jnp.broadcast_to(nodes, (u0s.shape[0], nodes.size))], 1),
+            jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
             _with_jac(optimizer, shooting_problem),
         )
         _check_guess(stage, problem)
         solves += int(jnp.sum(stage.evaluations)) * len(shooting_problem.windows)
-        p_stage = jax.vmap(shooting_problem.natural)(stage.u)
         _, defects = _defects(shooting_problem, p_stage)
         best_stage = _best(stage)
         shooting = dict(
@@ -134,13 +132,13 @@ def fit(
             converged=bool(stage.code[best_stage] == opt.CONVERGED),
             max_defect=float(defects[best_stage]),
         )
-        u0s = stage.u[:, : problem.layout.size]
-    final = _run(problem, u0s, optimizer)
+        p0s = p_stage[:, : problem.layout.size]
+    final, p_final = _run(problem, p0s, optimizer)
     if shooting is None:
         _check_guess(final, problem)
     solves += int(jnp.sum(final.evaluations))
     best = _best(final)
-    result = _result(problem, final, best, setup, shooting, solves, start_time)
+    result = _result(problem, final, p_final, best, setup, shooting, solves, start_time)
     for note in result.warnings:
         warnings.warn(note, FitWarning, stacklevel=2)
     return result
@@ -272,10 +270,12 @@ def _setup(
         batched=False,
         steps_per_save=None,
     )
-    optimizer = _optimizer(method, max_iterations, rtol, atol)
+    optimizer = _with_jac(_optimizer(method, max_iterations, rtol, atol), problem)
+    forward_only = not optimizer.is_optax and optimizer.method != "bfgs" and optimizer.jac == "fwd"
+    problem = dataclasses.replace(problem, forward_only=forward_only)
     return dict(
         problem=problem,
-        optimizer=_with_jac(optimizer, problem),
+        optimizer=optimizer,
         guess=jnp.asarray(guess, dtype),
         data=data,
         noise_known=data.noise is not None,
@@ -416,13 +416,18 @@ def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
 
 
 @eqx.filter_jit
-def _run(problem: Problem, u0s, optimizer: opt.Optimizer) -> opt.Optimum:
-    def one(u0):
-        return opt.optimize(lambda u: problem.residuals(problem.natural(u)), u0, optimizer)
+def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> tuple[opt.Optimum, jax.Array]:
+    """Optimise from each start (natural values, one per row); returns the optima and their
+    natural values."""
 
-    if u0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
-        return jax.tree.map(lambda x: x[None], one(u0s[0]))
-    return jax.vmap(one)(u0s)
+    def one(p0):
+        u0 = problem.unconstrained(p0)
+        optimum = opt.optimize(lambda u: problem.residuals(problem.natural(u)), u0, optimizer)
+        return optimum, problem.natural(optimum.u)
+
+    if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
+        return jax.tree.map(lambda x: x[None], one(p0s[0]))
+    return jax.vmap(one)(p0s)
 
 
 def _best(optimum: opt.Optimum) -> int:
@@ -430,16 +435,17 @@ def _best(optimum: opt.Optimum) -> int:
     return int(np.argmin(np.where(np.isfinite(loss), loss, np.inf)))
 
 
-def _start_points(problem: Problem, guess_u, starts: int, key):
+def _start_points(problem: Problem, guess_p, starts: int, key):
+    """Natural starting values, one per row: the guess, then `starts - 1` drawn ones."""
     if starts == 1:
-        return guess_u[None]
+        return guess_p[None]
+    guess_u = problem.unconstrained(guess_p)
     if key is None:
         key = jax.random.key(0)
     layout = problem.layout
     kinds = np.asarray(layout.kinds)
     k = layout.num_fitted
     draws = jax.random.uniform(key, (starts - 1, k), guess_u.dtype, -1.0, 1.0)
-    guess_p = problem.natural(guess_u)
     positive = (kinds == "log") | (kinds == "upper-log")
     # log: u = log(p - lower) moves by ±log(10); logit: uniform in (0, 1) through the logit
     u_log = guess_u + draws * jnp.log(10.0).astype(guess_u.dtype)
@@ -447,7 +453,7 @@ def _start_points(problem: Problem, guess_u, starts: int, key):
     u_logit = jnp.log(fraction) - jnp.log1p(-fraction)
     u_plain = guess_p + draws * jnp.maximum(jnp.abs(guess_p), 1.0)
     drawn = jnp.where(positive, u_log, jnp.where(kinds == "logit", u_logit, u_plain))
-    return jnp.concatenate([guess_u[None], drawn])
+    return jnp.concatenate([guess_p[None], jax.vmap(problem.natural)(drawn)])
 
 
 def _shooting_problem(problem: Problem, segments, continuity_weight, setup) -> Problem:
@@ -521,48 +527,56 @@ def _defects(problem: Problem, p_batch):
 
 @eqx.filter_jit
 def _at_optimum(problem: Problem, p, jac: str):
-    """Residual Jacobian, loss Hessian and the predictions at `p`, in one compiled program."""
+    """Residual Jacobian and the predictions at `p`, in one compiled program."""
 
-    def predictions(q):
+    def residuals(q):  # the residuals, and (them, the predictions) as auxiliary outputs
         model, y0, nodes = problem.assemble(q)
         states, _ = problem.states(model, y0, nodes)
-        return problem.observed(states)
+        observed = problem.observed(states)
+        r = problem.data_residuals(observed)
+        return r.ravel(), (r, observed)
 
+    jacobian, (r, observed) = (jax.jacfwd if jac == "fwd" else jax.jacrev)(
+        residuals, has_aux=True
+    )(p)
+    return jacobian, observed, r
+
+
+@eqx.filter_jit
+def loss_hessian(problem: Problem, p, jac: str):
+    """The Hessian of half the loss at `p` (natural coordinates)."""
     if jac == "fwd":
         # H = JᵀJ + Σ rᵢ ∇²rᵢ, forward over forward (faster to compile than reverse mode); the
         # inner pass's value and Jacobian come out of the outer pass as auxiliary outputs.
         def first(q):
-            jacobian, r = jax.jacfwd(lambda x: (lambda y: (y, y))(problem.residuals(x)),
-                                     has_aux=True)(q)
+            jacobian, r = jax.jacfwd(
+                lambda x: (lambda y: (y, y))(problem.residuals(x)), has_aux=True
+            )(q)
             return jacobian, (jacobian, r)
 
         second, (jacobian, r) = jax.jacfwd(first, has_aux=True)(p)
-        hessian = jacobian.T @ jacobian + jnp.einsum("i,ijk->jk", r, second)
-    else:
-        jacobian = jax.jacrev(problem.residuals)(p)
-        hessian = jax.hessian(lambda q: 0.5 * jnp.sum(problem.residuals(q) ** 2))(p)
-    observed = predictions(p)
-    return jacobian, hessian, observed, problem.data_residuals(observed)
+        return jacobian.T @ jacobian + jnp.einsum("i,ijk->jk", r, second)
+    return jax.hessian(lambda q: 0.5 * jnp.sum(problem.residuals(q) ** 2))(p)
 
 
-def _result(problem, final, best, setup, shooting, solves, start_time) -> FitResult:
+def _result(problem, final, p_final, best, setup, shooting, solves, start_time) -> FitResult:
     data: Data = setup["data"]
     layout = problem.layout
     names = layout.names
-    u = final.u[best]
-    p = problem.natural(u)
-    jacobian, hessian, predictions, residuals = _at_optimum(problem, p, setup["optimizer"].jac)
-    loss = float(final.loss[best])
+    p = p_final[best]
+    jacobian, predictions, residuals = _at_optimum(problem, p, setup["optimizer"].jac)
+    loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
     code = int(final.code[best])
     stats = analyse(
-        jacobian, hessian, p, loss, data.num_observed, setup["noise_known"], setup["level"],
+        jacobian, p, loss, data.num_observed, setup["noise_known"], setup["level"],
         names, at_optimum=code == opt.CONVERGED,
     )
     model, y0, _ = problem.assemble(p)
     predictions = np.asarray(predictions)
     residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
-    p_all = np.asarray(jax.vmap(problem.natural)(final.u))
-    notes = list(stats["notes"])
+    p_all = np.asarray(p_final)
+    notes = _at_bounds(problem, np.asarray(p, np.float64), np.asarray(setup["guess"]))
+    notes += stats["notes"]
     if code != opt.CONVERGED:
         notes.insert(0, f"the fit did not converge: {opt.REASONS[code]}")
     if shooting is not None and not shooting["converged"]:
@@ -581,7 +595,6 @@ def _result(problem, final, best, setup, shooting, solves, start_time) -> FitRes
         },
         level=setup["level"],
         covariance=stats["covariance"],
-        covariance_laplace=stats["covariance_laplace"],
         correlation=stats["correlation"],
         noise_variance=stats["noise_variance"],
         dof=stats["dof"],
@@ -613,6 +626,27 @@ def _result(problem, final, best, setup, shooting, solves, start_time) -> FitRes
             guess=setup["guess"],
         ),
     )
+
+
+def _at_bounds(problem: Problem, p, guess) -> list[str]:
+    """Notes for fitted values that ended on a bound (the transform's far end): the data pull
+    them beyond it, so the optimiser cannot converge there and the intervals assume otherwise."""
+    notes = []
+    lower, upper = np.asarray(problem.lower), np.asarray(problem.upper)
+    for i, (name, kind) in enumerate(zip(problem.layout.names, problem.layout.kinds)):
+        reach = {"log": guess[i] - lower[i], "upper-log": upper[i] - guess[i],
+                 "logit": upper[i] - lower[i]}.get(kind)
+        if reach is None:
+            continue
+        for bound, side, used in ((lower[i], "lower", kind in ("log", "logit")),
+                                  (upper[i], "upper", kind in ("upper-log", "logit"))):
+            if used and abs(p[i] - bound) < 1e-6 * reach:
+                notes.append(
+                    f"{name} = {p[i]:.6g} is at its {side} bound {bound:g}: the data favour a "
+                    "value beyond it. Widen the bound if that is physical; the standard errors "
+                    "assume an optimum inside the bounds"
+                )
+    return notes
 
 
 def fine_times(problem: Problem, points: int) -> np.ndarray:

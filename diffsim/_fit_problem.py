@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -100,6 +101,9 @@ class Problem(eqx.Module):
     windows: tuple[tuple[int, int], ...] = eqx.field(static=True)  # (start, end) indices in ts
     batched: bool = eqx.field(static=True)  # windows share a relative grid: one vmapped solve
     steps_per_save: int | None = eqx.field(static=True)  # fixed-step solver, batched windows
+    # Only forward-mode derivatives are taken (least squares with a forward Jacobian): adaptive
+    # solves then use diffrax.ForwardMode, whose loop is leaner than the any-order default.
+    forward_only: bool = eqx.field(static=True, default=False)
 
     def natural(self, u):
         return to_natural(u, self.lower, self.upper, self.layout.kinds)
@@ -143,6 +147,9 @@ class Problem(eqx.Module):
 
     def _solve(self, model, y0, ts, *, steps_per_save=None):
         dt = None if steps_per_save is not None else self.dt
+        options = {}
+        if self.forward_only and not isinstance(self.solver, AbstractFixedStepSolver):
+            options["adjoint"] = diffrax.ForwardMode()
         solution = simulate(
             model,
             y0.reshape(self.y0_shape),
@@ -152,6 +159,7 @@ class Problem(eqx.Module):
             steps_per_save=steps_per_save,
             max_steps=self.max_steps,
             throw=False,
+            **options,
         )
         ys = solution.ys.reshape(solution.ys.shape[0], -1)
         return jnp.where(solution.succeeded, ys, jnp.nan)

@@ -18,7 +18,8 @@ class FitResult:
       components named `y0[<state name>]`); `stderr`: their standard errors (from
       `covariance`); `confidence_intervals`: name → (lower, upper) Wald intervals at `level`.
     - `covariance`: Gauss–Newton / Fisher covariance s²(JᵀJ)⁻¹, shape (k, k) in the order of
-      `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss; `correlation`.
+      `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss (computed when
+      first read); `correlation`.
     - `noise_variance`: s² (1 when the noise was given, else the residual variance estimate);
       `dof`: observed values − unknowns.
     - `converged`, `reason`, `iterations`, `num_solves` (simulations run, all starts and
@@ -39,7 +40,6 @@ class FitResult:
     confidence_intervals: dict
     level: float
     covariance: np.ndarray
-    covariance_laplace: np.ndarray
     correlation: np.ndarray
     noise_variance: float
     dof: int
@@ -61,6 +61,26 @@ class FitResult:
     seconds: float
     _problem: Any = dataclasses.field(repr=False)
     _settings: dict = dataclasses.field(repr=False)
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def covariance_laplace(self) -> np.ndarray:
+        """s² H⁻¹ with H the Hessian of half the loss at the result (second derivatives of the
+        residuals included); computed on first access (it costs second-order derivatives of
+        the solve). NaN, with a `ds.FitWarning`, where H is not positive definite."""
+        if "laplace" not in self._cache:
+            import warnings
+
+            from ._fit import FitWarning, loss_hessian
+            from ._uncertainty import laplace_covariance
+
+            p = jnp.asarray([self.params[n] for n in self.names], self._problem.y0.dtype)
+            hessian = loss_hessian(self._problem, p, self._settings["optimizer"].jac)
+            covariance, note = laplace_covariance(hessian, self.noise_variance)
+            if note is not None:
+                warnings.warn(note, FitWarning, stacklevel=2)
+            self._cache["laplace"] = covariance
+        return self._cache["laplace"]
 
     def summary(self) -> str:
         """A text table of the fitted values, standard errors and intervals, with the fit's

@@ -113,6 +113,9 @@ def _refit_run(problem, data, scale, u0, optimizer):
             lambda u: replicate.residuals(replicate.natural(u)), u0, optimizer
         )
         p = replicate.natural(optimum.u)
-        return p, optimum.loss, optimum.code, jax.jacfwd(replicate.residuals)(p)
+        jacobian, r = jax.jacfwd(
+            lambda q: (lambda y: (y, y))(replicate.residuals(q)), has_aux=True
+        )(p)
+        return p, jnp.sum(r**2), optimum.code, jacobian
 
     return jax.vmap(one)(data, scale)

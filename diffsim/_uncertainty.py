@@ -3,7 +3,8 @@
 At the optimum p̂ of S(p) = Σ rᵢ(p)² (residuals already divided by the noise when it is known):
 
 - Gauss–Newton / Fisher covariance  C = s² (JᵀJ)⁻¹, J = ∂r/∂p;
-- Laplace covariance                C = s² H⁻¹,     H = ∇²(S/2) (includes the curvature of r);
+- Laplace covariance                C = s² H⁻¹,     H = ∇²(S/2) (includes the curvature of r;
+  computed when first asked for);
 - s² = 1 when the noise is known, else S(p̂)/(n − k) (n observed values, k fitted unknowns);
 - Wald intervals p̂ ± q·se with q the normal quantile (noise known) or Student's t with n − k
   degrees of freedom (noise estimated);
@@ -11,10 +12,11 @@ At the optimum p̂ of S(p) = Σ rᵢ(p)² (residuals already divided by the nois
   relative to the largest; a tiny one is a direction the data do not determine.
 """
 
+import functools
+import math
 import statistics
 
 import jax.numpy as jnp
-import jax.scipy.special as jsp
 import numpy as np
 
 # Relative eigenvalue of the scaled information matrix below which a direction counts as not
@@ -22,6 +24,7 @@ import numpy as np
 NONIDENTIFIABLE_RCOND = 1e-8
 
 
+@functools.lru_cache(maxsize=256)
 def quantile(level: float, dof: int | None) -> float:
     """Two-sided quantile: P(|X| <= q) = level for X normal (dof None) or Student's t."""
     z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
@@ -32,7 +35,7 @@ def quantile(level: float, dof: int | None) -> float:
     nu = float(dof)
 
     def two_sided(x):  # P(|T| <= x) = 1 - I_{ν/(ν+x²)}(ν/2, 1/2)
-        return 1.0 - float(jsp.betainc(nu / 2, 0.5, nu / (nu + x * x)))
+        return 1.0 - _betainc(nu / 2, 0.5, nu / (nu + x * x))
 
     low, high = z, z
     while two_sided(high) < level:
@@ -41,6 +44,38 @@ def quantile(level: float, dof: int | None) -> float:
         middle = 0.5 * (low + high)
         low, high = (middle, high) if two_sided(middle) < level else (low, middle)
     return 0.5 * (low + high)
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b): the continued fraction of Numerical Recipes
+    (modified Lentz), on the side where it converges fast; double precision in ~20 terms."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+        + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
 
 
 def chi2_quantile_1dof(level: float) -> float:
@@ -88,12 +123,20 @@ def nonidentifiable(jacobian: np.ndarray, p: np.ndarray, names) -> list[str]:
     return notes
 
 
-def analyse(
-    jacobian, hessian, p, loss, num_observed, noise_known, level, names, at_optimum=True
-) -> dict:
-    """Covariances, standard errors, intervals and identifiability notes (NumPy, float64)."""
+def laplace_covariance(hessian, noise_variance: float) -> tuple[np.ndarray, str | None]:
+    """s² H⁻¹, or NaN and the reason when H is not positive definite."""
+    symmetric = 0.5 * (np.asarray(hessian, np.float64) + np.asarray(hessian, np.float64).T)
+    if np.all(np.isfinite(symmetric)) and np.linalg.eigvalsh(symmetric).min() > 0:
+        return noise_variance * np.linalg.inv(symmetric), None
+    return np.full(symmetric.shape, np.nan), (
+        "the Hessian of the loss is not positive definite at the result (not a strict "
+        "minimum): the Laplace covariance is undefined"
+    )
+
+
+def analyse(jacobian, p, loss, num_observed, noise_known, level, names, at_optimum=True) -> dict:
+    """Fisher covariance, standard errors, intervals and identifiability notes (NumPy)."""
     jacobian = np.asarray(jacobian, np.float64)
-    hessian = np.asarray(hessian, np.float64)
     p = np.asarray(p, np.float64)
     k = p.shape[0]
     dof = num_observed - k
@@ -109,20 +152,10 @@ def analyse(
             "to estimate the noise, so there are no standard errors (give the data's noise)"
         )
     fisher = s2 * inverse(jacobian.T @ jacobian)
-    symmetric = 0.5 * (hessian + hessian.T)
-    if np.all(np.isfinite(symmetric)) and np.linalg.eigvalsh(symmetric).min() > 0:
-        laplace = s2 * np.linalg.inv(symmetric)
-    else:
-        laplace = np.full((k, k), np.nan)
     if not at_optimum:
         notes.append(
             "the uncertainties are evaluated at the last iterate, which is not an optimum: "
             "they describe no confidence region"
-        )
-    elif np.isnan(laplace).all():
-        notes.append(
-            "the Hessian of the loss is not positive definite at the result (not a strict "
-            "minimum): the Laplace covariance is undefined"
         )
     stderr = np.sqrt(np.clip(np.diag(fisher), 0, None))
     q = quantile(level, None if noise_known else dof)
@@ -138,7 +171,6 @@ def analyse(
             )
     return dict(
         covariance=fisher,
-        covariance_laplace=laplace,
         stderr=stderr,
         lower=p - q * stderr,
         upper=p + q * stderr,

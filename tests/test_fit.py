@@ -135,7 +135,8 @@ def test_fixed_parameters_stay_fixed_and_partial_initial_state():
 def test_bounds_hold_strictly():
     # The truth (damping 0.25) lies below the allowed range: the fit ends on the bound's side.
     guess = models.DampedPendulum(length=0.8, damping=0.4)
-    result = _fit_pendulum(_noisy(2), guess, bounds={"damping": (0.3, 0.5)})
+    with pytest.warns(ds.FitWarning, match="damping = 0.3.* is at its lower bound 0.3"):
+        result = _fit_pendulum(_noisy(2), guess, bounds={"damping": (0.3, 0.5)})
     assert 0.3 < result.params["damping"] < 0.5
     assert result.params["damping"] == pytest.approx(0.3, abs=1e-3)
     with pytest.raises(ValueError, match="strictly inside its bounds"):
