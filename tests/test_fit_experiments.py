@@ -1,0 +1,99 @@
+"""The fitting experiments (quick runs), the `diffsim fit` command and the fit benchmark's smoke."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def _experiment(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check_files(record, out):
+    for file in record["files"]:
+        assert (out / file).stat().st_size > 0, file
+
+
+# test_fit.py checks the same fit and profile; the full run of the script is the extra here
+@pytest.mark.slow
+def test_fit_pendulum_experiment(tmp_path):
+    record = _experiment("fit_pendulum").run(tmp_path, quick=True)
+    _check_files(record, tmp_path)
+    for name, value in record["truth"].items():
+        assert abs(record["params"][name] - value) < 3 * record["stderr"][name]
+    low, high = record["profile_interval_damping"]
+    assert low < record["params"]["damping"] < high
+
+
+def test_fit_oscillator_target_experiment(tmp_path):
+    record = _experiment("fit_oscillator_target").run(tmp_path, quick=True)
+    _check_files(record, tmp_path)
+    # RK4 with dt = 1e-3 over 1 s: global error ~ (ωdt)^4 ~ 1e-11 against the closed form
+    assert max(record["errors"].values()) < 1e-8
+
+
+def test_fit_lynx_hare_experiment(tmp_path):
+    record = _experiment("fit_lynx_hare").run(tmp_path, quick=True)
+    _check_files(record, tmp_path)
+    for name, value in record["published"].items():
+        assert abs(record["params"][name] - value) < record["stderr"][name]
+
+
+# test_fit.py checks single against multiple shooting on the same data; the script adds the figure
+@pytest.mark.slow
+def test_fit_lorenz_experiment(tmp_path):
+    record = _experiment("fit_lorenz").run(tmp_path, quick=True)
+    _check_files(record, tmp_path)
+    assert record["single_shooting"]["loss"] > 50 * record["multiple_shooting"]["loss"]
+    for name, value in record["truth"].items():
+        fitted = record["multiple_shooting"]
+        assert abs(fitted["params"][name] - value) < 3 * fitted["stderr"][name]
+
+
+def test_fit_command_writes_summary_json_and_figure(tmp_path, capsys):
+    from diffsim.cli import main
+
+    text = (ROOT / "experiments" / "fits" / "lynx_hare.toml").read_text()
+    data = ROOT / "experiments" / "data" / "lynx_hare.csv"
+    text = text.replace('"../data/lynx_hare.csv"', f'"{data.as_posix()}"')
+    text = text.replace('solver = { name = "Tsit5", rtol = 1e-8, atol = 1e-8 }',
+                        'solver = "RK4"\ndt = 0.02')
+    config = tmp_path / "lynx.toml"
+    config.write_text(text)
+    assert main(["fit", str(config), "--out", str(tmp_path / "out")]) == 0
+    assert "y0[predator]" in capsys.readouterr().out
+    record = json.loads((tmp_path / "out" / "fit.json").read_text())
+    assert record["converged"] and abs(record["params"]["gamma"] - 0.80) < record["stderr"]["gamma"]
+    assert (tmp_path / "out" / "fit.png").stat().st_size > 0
+    assert (tmp_path / "out" / "summary.txt").read_text().startswith("fit of LotkaVolterra")
+
+
+def test_fit_command_rejects_a_bad_config(tmp_path, capsys):
+    from diffsim.cli import main
+
+    config = tmp_path / "bad.toml"
+    config.write_text('model = "LotkaVolterra"\nfitt = ["alpha"]\n')
+    assert main(["fit", str(config)]) == 2
+    assert "unknown keys ['fitt']" in capsys.readouterr().err
+    config.write_text(
+        'model = "LotkaVolterra"\ny0 = [30.0, 4.0]\ndata = "missing.csv"\nfit = ["alpha"]\n'
+        'out = "x"\n'
+    )
+    assert main(["fit", str(config)]) == 2
+    assert "no data file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["fit.py"])
+def test_fit_benchmark_smoke(script):
+    command = [sys.executable, str(ROOT / "experiments" / "bench" / script), "--quick"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert "diffrax + optimistix by hand" in out and "faster than scipy" in out
