@@ -54,8 +54,8 @@ def fit(
     t0: float | None = None,
     key=None,
     max_iterations: int | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
+    rtol: float | None = None,
+    atol: float | None = None,
     continuity_weight: float = 10.0,
     level: float = 0.95,
     max_steps: int = 100_000,
@@ -97,7 +97,9 @@ def fit(
       rescaled) or relative weights (the noise is estimated from the residuals); override those
       of a `ds.Data`.
     - `t0`: the time of `y0` (default: the first data time).
-    - `rtol`, `atol`: the optimiser's convergence tolerances (on the step and the loss).
+    - `rtol`, `atol`: the optimiser's convergence tolerances (on the step and the loss);
+      default 1e-8 and 1e-10 in float64, 1e-5 and 1e-7 in float32 (what its precision can
+      resolve).
     - `level`: the confidence level of the reported intervals.
 
     **Returns:** a `ds.FitResult` (see its documentation): `.model`, `.y0`, `.params`,
@@ -270,6 +272,9 @@ def _setup(
         batched=False,
         steps_per_save=None,
     )
+    single = dtype == jnp.float32
+    rtol = (1e-5 if single else 1e-8) if rtol is None else rtol
+    atol = (1e-7 if single else 1e-10) if atol is None else atol
     optimizer = _with_jac(_optimizer(method, max_iterations, rtol, atol), problem)
     forward_only = not optimizer.is_optax and optimizer.method != "bfgs" and optimizer.jac == "fwd"
     problem = dataclasses.replace(problem, forward_only=forward_only)

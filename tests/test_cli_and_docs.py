@@ -30,6 +30,14 @@ def test_sweeps_page_example_runs():
     assert namespace["peak_speed"].shape == (16,)
 
 
+def test_fitting_page_example_runs():
+    text = (ROOT / "docs" / "fitting.md").read_text()
+    block = text.split("## A first fit")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(compile(block, "docs/fitting.md", "exec"), namespace)  # noqa: S102
+    assert namespace["low"] < 0.25 < namespace["high"]
+
+
 def test_demo_writes_figure_and_gradient_matches_finite_difference(tmp_path):
     from diffsim._demo import run
 
