@@ -37,9 +37,8 @@ def _noisy(seed, clean=None):
 
 
 def _fit_pendulum(values, guess=None, **options):
-    options = dict(
-        params=["length", "damping"], observe=angle, solver=ds.RK4(), dt=0.01, **options
-    )
+    options = dict(observe=angle, solver=ds.RK4(), dt=0.01, **options)
+    options.setdefault("params", ["length", "damping"])
     guess = models.DampedPendulum(length=0.8, damping=0.1) if guess is None else guess
     return ds.fit(guess, Y0, (TS, values), **options)
 
@@ -130,6 +129,19 @@ def test_fixed_parameters_stay_fixed_and_partial_initial_state():
     assert result.names == ("damping", "y0[angle]")
     assert float(result.model.length) == 1.0 and float(result.model.gravity) == 9.81
     assert float(result.y0[1]) == 0.0  # the unfitted velocity component is kept
+
+
+def test_uniform_weights_change_nothing_and_a_filter_selects_parameters(pendulum_fit):
+    # Relative weights rescale the loss; with the noise estimated, values and standard errors
+    # must not move. A filter function selects the same two fields as their names.
+    result = _fit_pendulum(
+        _noisy(0), weights=4.0, params=lambda name, value: name in ("length", "damping")
+    )
+    assert result.names == pendulum_fit.names
+    for name in TRUTH:
+        assert result.params[name] == pytest.approx(pendulum_fit.params[name], rel=1e-7)
+        assert result.stderr[name] == pytest.approx(pendulum_fit.stderr[name], rel=1e-6)
+    assert result.loss == pytest.approx(4.0 * pendulum_fit.loss, rel=1e-9)
 
 
 def test_bounds_hold_strictly():
