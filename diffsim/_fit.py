@@ -39,7 +39,7 @@ def fit(
     y0,
     data,
     *,
-    params,
+    params=None,
     initial_state=False,
     observe=None,
     solver: AbstractSolver | None = None,
@@ -83,8 +83,9 @@ def fit(
     - `loss`: `"squared"` (residuals `(model − data)`) or `"log"` (residuals of logarithms, for
       positive data with multiplicative noise such as populations).
     - `segments`: multiple shooting: the time span is cut into this many windows whose initial
-      states are extra unknowns, with the continuity defects (weighted `continuity_weight`
-      relative to the data's noise) among the residuals; the result is then refined by single
+      states are extra unknowns, with the continuity defects among the residuals (divided by
+      the data's typical noise when `noise` is given, else in the data's own units, and
+      multiplied by `continuity_weight`); the result is then refined by single
       shooting, so the reported fit is continuous and its covariance is that of the model.
     - `starts`: fit from this many initial guesses at once (`vmap`): the given guess and
       `starts − 1` drawn with `key` (log-uniform within a factor of 10 for positive parameters,
@@ -242,6 +243,7 @@ def _setup(
         scale = np.sqrt(data.weights.reshape(values.shape))
     else:
         scale = np.ones_like(values)
+    base_scale = scale  # before the missing values are masked: what refits of new data use
     scale = np.where(missing, 0.0, scale)
     if isinstance(solver, AbstractFixedStepSolver) and dt is None:
         raise ValueError(
@@ -288,6 +290,9 @@ def _setup(
         method=method if isinstance(method, str) else "optax",
         t0=t0,
         log_loss=loss == "log",
+        base_scale=base_scale,
+        # zero weights count as missing: neither residuals nor degrees of freedom
+        num_observed=int(np.sum(scale > 0)),
     )
 
 
@@ -342,7 +347,8 @@ def _select_state(initial_state, labels) -> list[int]:
         return list(range(len(labels)))
     if initial_state is False or initial_state is None:
         return []
-    items = [initial_state] if isinstance(initial_state, (str, int)) else list(initial_state)
+    single = isinstance(initial_state, (str, int, np.integer))
+    items = [initial_state] if single else list(initial_state)
     indices = []
     for item in items:
         if isinstance(item, str):
@@ -481,9 +487,10 @@ def _shooting_problem(problem: Problem, segments, continuity_weight, setup) -> P
 
 
 def _typical_noise(problem: Problem) -> np.ndarray:
-    """Per state component, the typical absolute noise of the data (what a continuity defect is
-    measured against): from the observed component itself when the state is observed directly,
-    else the median over all data."""
+    """Per state component, what a continuity defect is measured against: the data's typical
+    absolute noise (1/scale: the given noise, else 1/sqrt(weight), i.e. the data's own units),
+    from the observed component itself when the state is observed directly, else the median
+    over all data."""
     scale = np.asarray(problem.scale)
     values = np.asarray(problem.values)
     observed = scale > 0
@@ -573,7 +580,7 @@ def _result(problem, final, p_final, best, setup, shooting, solves, start_time) 
     loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
     code = int(final.code[best])
     stats = analyse(
-        jacobian, p, loss, data.num_observed, setup["noise_known"], setup["level"],
+        jacobian, p, loss, setup["num_observed"], setup["noise_known"], setup["level"],
         names, at_optimum=code == opt.CONVERGED,
     )
     model, y0, _ = problem.assemble(p)
@@ -603,6 +610,7 @@ def _result(problem, final, p_final, best, setup, shooting, solves, start_time) 
         correlation=stats["correlation"],
         noise_variance=stats["noise_variance"],
         dof=stats["dof"],
+        num_observed=setup["num_observed"],
         converged=code == opt.CONVERGED,
         reason=opt.REASONS[code],
         iterations=int(final.steps[best]),
@@ -627,6 +635,7 @@ def _result(problem, final, p_final, best, setup, shooting, solves, start_time) 
         _settings=dict(
             noise_known=setup["noise_known"],
             log_loss=setup["log_loss"],
+            base_scale=setup["base_scale"],
             optimizer=setup["optimizer"],
             guess=setup["guess"],
         ),

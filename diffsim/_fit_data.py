@@ -14,7 +14,8 @@ class Data:
     - `values`: the measurements, shape `(times,)` (one observable) or `(times, observables)`.
       NaN marks a missing value; it is ignored by the fit.
     - `noise`: optional standard deviation of the measurement noise, in the units of `values`
-      (a scalar, one per observable, or one per value). With it the residuals are divided by
+      (of their logarithms when fitted with `loss="log"`), a scalar, one per observable, or one
+      per value. With it the residuals are divided by
       it and the covariance is absolute (scipy's `absolute_sigma=True`).
     - `weights`: optional relative weights (≥ 0; residuals are multiplied by `sqrt(weights)`);
       the noise level is then estimated from the residuals. Not together with `noise`.
@@ -85,7 +86,7 @@ class Data:
 
     @property
     def num_observed(self) -> int:
-        """How many values are not missing."""
+        """How many values are not missing (a fit also leaves out values of weight 0)."""
         return int(np.sum(~np.isnan(self.values)))
 
     @classmethod

@@ -53,8 +53,9 @@ class Optimum(eqx.Module):
     """What an optimisation returns (arrays; batched along a leading axis under `vmap`)."""
 
     u: jax.Array  # the optimum, unconstrained coordinates
-    loss: jax.Array  # sum of squared residuals: the smallest evaluated (≈ at `u`; exact for
-    # `u` is computed after the loop, outside this compiled program)
+    loss: jax.Array  # sum of squared residuals: the smallest evaluated, which for optimistix
+    # lags the final accepted `u` by at most one step (within rtol at convergence); `ds.fit`
+    # reports the exact loss at `u`, computed after the loop
     history: jax.Array  # (max_steps + 1,): history[0] the loss at u0, history[i] the best loss
     # evaluated up to step i; NaN after the last step
     steps: jax.Array  # iterations taken
@@ -91,7 +92,7 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
     options = {"jac": optimizer.jac} if least_squares else {}
     tags = frozenset()
     f_struct, aux_struct = jax.eval_shape(lambda u: fn(u, None), u0)
-    state = solver.init(fn, u0, None, options, f_struct, aux_struct, tags)
+    state = _match_dtype(solver.init(fn, u0, None, options, f_struct, aux_struct, tags), u0.dtype)
     dynamic, static = eqx.partition(state, eqx.is_array)
     # history[i]: the smallest loss among the points evaluated in steps 0..i (step i evaluates
     # the point proposed by step i - 1; step 0 evaluates u0). Every evaluation of the residuals
@@ -124,6 +125,19 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
     code = jnp.where(done, code, MAX_STEPS)
     loss = history[jnp.maximum(steps - 1, 0)]
     return Optimum(u, loss, history, steps, steps, code)
+
+
+def _match_dtype(state, dtype):
+    """Cast the solver state's floating scalars to the problem's dtype: optimistix starts its
+    trust-region radius as `jnp.array(1.0)`, which is float64 when x64 is enabled and then
+    clashes with a float32 problem in the linear solve."""
+
+    def cast(x):
+        if eqx.is_inexact_array(x) and x.ndim == 0 and x.dtype != dtype:
+            return x.astype(dtype)
+        return x
+
+    return jax.tree.map(cast, state)
 
 
 def _optimize_optax(residual_fn, u0, optimizer: Optimizer) -> Optimum:

@@ -214,7 +214,8 @@ def batchable_windows(ts, spans, solver, dt, name) -> tuple[bool, int | None]:
     """Whether the shooting windows share one relative time grid (then they are solved in one
     vmapped solve), and the static steps per output interval a fixed-step solver then needs."""
     grids = [np.asarray(ts[a : b + 1]) - ts[a] for a, b in spans]
-    if any(g.shape != grids[0].shape or not np.allclose(g, grids[0], rtol=1e-9) for g in grids):
+    first = grids[0]
+    if not all(g.shape == first.shape and np.allclose(g, first, rtol=1e-9, atol=0) for g in grids):
         return False, None
     if not isinstance(solver, AbstractFixedStepSolver):
         return True, None

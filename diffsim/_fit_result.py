@@ -21,7 +21,7 @@ class FitResult:
       `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss (computed when
       first read); `correlation`.
     - `noise_variance`: s² (1 when the noise was given, else the residual variance estimate);
-      `dof`: observed values − unknowns.
+      `num_observed`: the values that count (not missing, weight > 0); `dof`: that − unknowns.
     - `converged`, `reason`, `iterations`, `num_solves` (simulations run, all starts and
       stages), `loss` (sum of squared weighted residuals), `loss_history` (best loss after each
       iteration of the chosen start's final stage).
@@ -43,6 +43,7 @@ class FitResult:
     correlation: np.ndarray
     noise_variance: float
     dof: int
+    num_observed: int
     converged: bool
     reason: str
     iterations: int
@@ -90,7 +91,7 @@ class FitResult:
             f"fit of {type(self.model).__name__}: {self.method}, "
             f"{'converged' if self.converged else 'NOT converged'} ({self.reason})",
             f"{self.iterations} iterations, {self.num_solves} simulations, {self.seconds:.2f} s; "
-            f"loss {self.loss:.6g} on {self.data.num_observed} values, dof {self.dof} "
+            f"loss {self.loss:.6g} on {self.num_observed} values, dof {self.dof} "
             f"({sigma}, s² = {self.noise_variance:.4g})",
         ]
         if len(self.starts["loss"]) > 1:

@@ -99,7 +99,7 @@ def profile(
     optimum = _profile_run(problem, rest_u, fixed_u, j, optimizer)
     loss = np.asarray(optimum.loss, np.float64)
     best = min(result.loss, float(np.nanmin(loss)))
-    n = result.data.num_observed
+    n = result.num_observed
     if result._settings["noise_known"]:
         deviance = loss - best
     else:

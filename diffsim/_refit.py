@@ -71,7 +71,10 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     if result._settings["log_loss"] and np.any(flat[~missing] <= 0):
         raise ValueError("loss='log' needs positive data, but some values are <= 0")
     dtype = problem.y0.dtype
-    scale = jnp.where(missing, 0.0, problem.scale[None]).astype(dtype)
+    # the replicate's own missing values decide what counts (not the original data's)
+    base = np.asarray(result._settings["base_scale"]).reshape(problem.values.shape)
+    scale_np = np.where(missing, 0.0, base[None])
+    scale = jnp.asarray(scale_np, dtype)
     data = jnp.asarray(np.where(missing, 1.0, flat), dtype)
     if start == "guess":
         p0 = result._settings["guess"]
@@ -80,7 +83,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     u0 = problem.unconstrained(p0)
     optimizer = result._settings["optimizer"]
     p, loss, code, jacobians = _refit_run(problem, data, scale, u0, optimizer)
-    counts = np.sum(~missing, axis=tuple(range(1, missing.ndim)))
+    counts = np.sum(scale_np > 0, axis=tuple(range(1, missing.ndim)))
     p, loss, jacobians = np.asarray(p), np.asarray(loss), np.asarray(jacobians)
     stderr = np.full_like(p, np.nan)
     noise_known = result._settings["noise_known"]

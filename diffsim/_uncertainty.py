@@ -16,7 +16,6 @@ import functools
 import math
 import statistics
 
-import jax.numpy as jnp
 import numpy as np
 
 # Relative eigenvalue of the scaled information matrix below which a direction counts as not
@@ -99,27 +98,29 @@ def correlation(covariance: np.ndarray) -> np.ndarray:
         return covariance / np.outer(sd, sd)
 
 
-def nonidentifiable(jacobian: np.ndarray, p: np.ndarray, names) -> list[str]:
-    """Sentences naming the parameter combinations the data do not determine."""
+def nonidentifiable(jacobian: np.ndarray, p: np.ndarray, names) -> list[tuple[str, set]]:
+    """Sentences naming the parameter combinations the data do not determine, each with the set
+    of names it involves."""
     scaled = jacobian * np.where(np.abs(p) > 0, np.abs(p), 1.0)
     info = scaled.T @ scaled
     values, vectors = np.linalg.eigh(info)
     top = values.max()
     notes = []
     if not top > 0:
-        return ["the residuals do not depend on any fitted unknown: nothing is identifiable"]
+        return [("the residuals do not depend on any fitted unknown: nothing is identifiable",
+                 set(names))]
     for value, vector in zip(values, vectors.T):
         if value / top >= NONIDENTIFIABLE_RCOND:
             continue
         weights = vector / np.abs(vector).max()
-        involved = [
-            f"{w:+.2f}·{name}" for w, name in zip(weights, names) if abs(w) >= 0.1
-        ]
-        notes.append(
+        involved = [(w, name) for w, name in zip(weights, names) if abs(w) >= 0.1]
+        direction = " ".join(f"{w:+.2f}·{name}" for w, name in involved)
+        notes.append((
             "practically non-identifiable: the data do not determine the direction "
-            f"{' '.join(involved)} (relative changes; eigenvalue {value / top:.1e} of the "
-            "largest). Fix one of these parameters, or add data that separate them"
-        )
+            f"{direction} (relative changes; eigenvalue {value / top:.1e} of the largest). Fix "
+            "one of these parameters, or add data that separate them",
+            {name for _, name in involved},
+        ))
     return notes
 
 
@@ -159,12 +160,13 @@ def analyse(jacobian, p, loss, num_observed, noise_known, level, names, at_optim
         )
     stderr = np.sqrt(np.clip(np.diag(fisher), 0, None))
     q = quantile(level, None if noise_known else dof)
-    if at_optimum:
-        notes += nonidentifiable(jacobian, p, names)
+    named = nonidentifiable(jacobian, p, names) if at_optimum else []
+    notes += [text for text, _ in named]
+    flagged = set().union(*(involved for _, involved in named))
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = stderr / np.abs(p)
     for name, r in zip(names, relative):
-        if at_optimum and np.isfinite(r) and r > 1 and not any(name in n for n in notes):
+        if at_optimum and np.isfinite(r) and r > 1 and name not in flagged:
             notes.append(
                 f"{name}: its standard error exceeds its value ({100 * r:.0f}%); the data "
                 "constrain it weakly (see ds.profile for a likelihood-based interval)"
@@ -180,15 +182,3 @@ def analyse(jacobian, p, loss, num_observed, noise_known, level, names, at_optim
         quantile=q,
         notes=notes,
     )
-
-
-def batched_wald(jacobians, p, losses, num_observed, noise_known, level):
-    """Standard errors and Wald intervals for a batch of fits (leading axis), in JAX."""
-    k = p.shape[-1]
-    dof = num_observed - k
-    s2 = jnp.ones_like(losses) if noise_known else losses / dof
-    information = jnp.einsum("bni,bnj->bij", jacobians, jacobians)
-    covariance = s2[:, None, None] * jnp.linalg.inv(information)
-    stderr = jnp.sqrt(jnp.diagonal(covariance, axis1=1, axis2=2))
-    q = quantile(level, None if noise_known else dof)
-    return stderr, p - q * stderr, p + q * stderr

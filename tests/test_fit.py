@@ -144,6 +144,18 @@ def test_uniform_weights_change_nothing_and_a_filter_selects_parameters(pendulum
     assert result.loss == pytest.approx(4.0 * pendulum_fit.loss, rel=1e-9)
 
 
+def test_float32_initial_state_fits_in_float32():
+    # y0's dtype sets the precision, also with x64 enabled (as in these tests)
+    result = ds.fit(
+        models.DampedPendulum(length=0.8, damping=0.1), jnp.asarray(Y0, jnp.float32),
+        (TS, _noisy(0).astype(np.float32)), params=["length", "damping"], observe=angle,
+        solver=ds.RK4(), dt=0.01,
+    )
+    assert result.model.length.dtype == jnp.float32 and result.converged
+    for name, value in TRUTH.items():
+        assert abs(result.params[name] - value) < 3 * result.stderr[name]
+
+
 def test_bounds_hold_strictly():
     # The truth (damping 0.25) lies below the allowed range: the fit ends on the bound's side.
     guess = models.DampedPendulum(length=0.8, damping=0.4)
@@ -166,9 +178,13 @@ def test_missing_values_are_ignored():
         guess, Y0, (TS[keep], values[keep]), params=["length", "damping"], observe=angle,
         solver=ds.RK4(), dt=0.01,
     )
+    # weight 0 is the same as missing: no residual and no degree of freedom
+    zero_weight = _fit_pendulum(values, weights=np.where(keep, 1.0, 0.0))
     for name in TRUTH:
-        assert with_nan.params[name] == pytest.approx(without.params[name], rel=1e-7)
-        assert with_nan.stderr[name] == pytest.approx(without.stderr[name], rel=1e-6)
+        for other in (without, zero_weight):
+            assert with_nan.params[name] == pytest.approx(other.params[name], rel=1e-7)
+            assert with_nan.stderr[name] == pytest.approx(other.stderr[name], rel=1e-6)
+    assert with_nan.dof == without.dof == zero_weight.dof == int(keep.sum()) - 2
     assert np.isnan(with_nan.residuals[5])
 
 
