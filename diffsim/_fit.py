@@ -117,16 +117,21 @@ def fit(
     solves = 0
     shooting = None
     if segments > 1:
-        shooting_problem = _shooting_problem(problem, segments, continuity_weight, setup)
+        shooting_problem = _shooting_problem(problem, segments, continuity_weight)
+        shooting_optimizer = _with_jac(optimizer, shooting_problem)
+        shooting_problem = dataclasses.replace(
+            shooting_problem,
+            forward_only=problem.forward_only and shooting_optimizer.jac == "fwd",
+        )
         nodes = _initial_nodes(problem, shooting_problem, setup["guess"])
         stage, p_stage = _run(
             shooting_problem,
             jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
-            _with_jac(optimizer, shooting_problem),
+            shooting_optimizer,
         )
         _check_guess(stage, problem)
         solves += int(jnp.sum(stage.evaluations)) * len(shooting_problem.windows)
-        _, defects = _defects(shooting_problem, p_stage)
+        defects = _defects(shooting_problem, p_stage)
         best_stage = _best(stage)
         shooting = dict(
             segments=segments,
@@ -467,7 +472,7 @@ def _start_points(problem: Problem, guess_p, starts: int, key):
     return jnp.concatenate([guess_p[None], jax.vmap(problem.natural)(drawn)])
 
 
-def _shooting_problem(problem: Problem, segments, continuity_weight, setup) -> Problem:
+def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
     spans = windows(len(problem.ts), segments)
     batched, steps_per_save = batchable_windows(
         problem.ts, spans, problem.solver, problem.dt, type(problem.solver).__name__
@@ -509,9 +514,7 @@ def _typical_noise(problem: Problem) -> np.ndarray:
 def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
     """Window-start states: the data there when they observe the whole state, else the
     guess's own trajectory."""
-    model, y0, _ = problem.assemble(guess_p)
-    states, _ = eqx.filter_jit(lambda m, y: problem.states(m, y, y[None][:0]))(model, y0)
-    states = np.asarray(states)
+    states = np.asarray(trajectory(problem, guess_p))
     nodes = []
     values = np.asarray(problem.values)
     observed = np.asarray(problem.scale) > 0
@@ -525,13 +528,24 @@ def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
 
 
 @eqx.filter_jit
+def trajectory(problem: Problem, p):
+    """The states at every simulation time of `problem` for the natural unknowns `p` (window
+    starts, if any, included), shape (times, state size)."""
+    model, y0, nodes = problem.assemble(p)
+    states, _ = problem.states(model, y0, nodes)
+    return states
+
+
+@eqx.filter_jit
 def _defects(problem: Problem, p_batch):
+    """The largest continuity defect of each multiple-shooting solution in the batch."""
+
     def one(p):
         model, y0, nodes = problem.assemble(p)
         _, defects = problem.states(model, y0, nodes)
         return jnp.max(jnp.abs(defects))
 
-    return None, jax.vmap(one)(p_batch)
+    return jax.vmap(one)(p_batch)
 
 
 # --- the result ---------------------------------------------------------------------------------

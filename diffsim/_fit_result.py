@@ -187,21 +187,20 @@ class FitResult:
     def curve(self, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
         """The fitted model's observables on a fine grid from t0 to the last data time:
         (times, values of shape (times, observables))."""
-        from ._fit import fine_times
+        from ._fit import fine_times, trajectory
 
         problem = self._problem
         ts = fine_times(problem, points)
-        fine = type(problem)(**{
-            **{f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)},
-            "ts": tuple(float(t) for t in ts),
-            "first_observed": 0,
-            "windows": ((0, len(ts) - 1),),
-            "batched": False,
-            "steps_per_save": None,
-        })
+        fine = dataclasses.replace(
+            problem,
+            ts=tuple(float(t) for t in ts),
+            first_observed=0,
+            windows=((0, len(ts) - 1),),
+            batched=False,
+            steps_per_save=None,
+        )
         p = jnp.asarray([self.params[n] for n in self.names], problem.y0.dtype)
-        model, y0, _ = fine.assemble(p)
-        states, _ = fine.states(model, y0, jnp.zeros((0, y0.shape[0]), y0.dtype))
+        states = trajectory(fine, p)
         return ts, np.asarray(fine.observed(states))
 
 
