@@ -1,5 +1,7 @@
-"""Writing an experiment's outputs: figures (PNG and PDF, no timestamps), tables, a summary."""
+"""Writing an experiment's outputs: figures (PNG and PDF, no timestamps), tables, a summary;
+and the command line every experiment script shares."""
 
+import argparse
 import csv
 import json
 from pathlib import Path
@@ -30,3 +32,12 @@ def summary(out: Path, name: str, record: dict) -> str:
     with open(Path(out) / f"{name}.json", "w", encoding="utf-8") as file:
         json.dump(record, file, indent=1, default=float)
     return f"{name}.json"
+
+
+def main(run, doc: str, name: str) -> None:
+    """`python experiments/<name>.py [--out DIR] [--quick]`: parse and call `run(out, quick)`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", default=f"out/{name}", help=f"output folder (out/{name})")
+    parser.add_argument("--quick", action="store_true", help="the reduced run of the tests")
+    args = parser.parse_args()
+    run(args.out, args.quick)

@@ -11,7 +11,6 @@ its standard errors. The figure shows both fits against the data.
 Run: `python experiments/fit_lorenz.py [--out DIR] [--quick]`
 """
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -83,8 +82,4 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/fit_lorenz")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    run(args.out, args.quick)
+    _output.main(run, __doc__, "fit_lorenz")

@@ -10,7 +10,6 @@ likelihoods of the four rates (the full run; the quick run profiles γ only, wit
 Run: `python experiments/fit_lynx_hare.py [--out DIR] [--quick]`
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -88,8 +87,4 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/fit_lynx_hare")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    run(args.out, args.quick)
+    _output.main(run, __doc__, "fit_lynx_hare")

@@ -10,7 +10,6 @@ the initial state).
 Run: `python experiments/fit_oscillator_target.py [--out DIR] [--quick]`
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -95,8 +94,4 @@ def run(out_dir="out/fit_oscillator_target", quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/fit_oscillator_target")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    run(args.out, args.quick)
+    _output.main(run, __doc__, "fit_oscillator_target")

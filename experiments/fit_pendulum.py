@@ -9,7 +9,6 @@ interval.
 Run: `python experiments/fit_pendulum.py [--out DIR] [--quick]`
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -77,8 +76,4 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/fit_pendulum")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    run(args.out, args.quick)
+    _output.main(run, __doc__, "fit_pendulum")
