@@ -336,3 +336,14 @@ def test_profile_and_refit_reject_bad_input(pendulum_fit):
         ds.profile(pendulum_fit, "gravity")
     with pytest.raises(ValueError, match="values must have shape"):
         ds.refit(pendulum_fit, np.zeros((3, 50)))
+
+
+@pytest.mark.parametrize("dof", [1, 2, 5, 36, 99, 10_000])
+def test_student_t_quantile_matches_scipy(dof):
+    from scipy import stats
+
+    from diffsim._uncertainty import quantile
+
+    for level in (0.68, 0.95, 0.99):
+        assert quantile(level, dof) == pytest.approx(stats.t.ppf(0.5 + level / 2, dof), rel=1e-9)
+    assert quantile(0.95, None) == pytest.approx(stats.norm.ppf(0.975), rel=1e-12)
