@@ -43,6 +43,42 @@ class AbstractODE(eqx.Module):
         return None if self.state_names is None else (len(self.state_names),)
 
 
+class AbstractSDE(AbstractODE):
+    """An Itô stochastic differential equation dy = f(t, y) dt + g(t, y) dW.
+
+    Subclasses implement `drift(t, y)` (f, shaped like `y`) and `diffusion(t, y)` (g). With
+    `noise = "diagonal"` (the default) g is shaped like `y` and each component has its own
+    independent Brownian motion; with `noise = "general"` g has shape `y.shape + (m,)` and
+    `brownian_shape(y)` returns `(m,)`. `vector_field` is the drift (the deterministic part), but
+    `simulate` solves an SDE only with a stochastic solver (`ds.EulerMaruyama`, `ds.Milstein`)
+    and a `key`.
+    """
+
+    noise: ClassVar[str] = "diagonal"
+
+    @abc.abstractmethod
+    def drift(self, t, y):
+        """f(t, y): the deterministic rate, shaped like `y`."""
+
+    @abc.abstractmethod
+    def diffusion(self, t, y):
+        """g(t, y): shaped like `y` (diagonal noise) or `y.shape + (m,)` (general noise)."""
+
+    def vector_field(self, t, y, args=None):
+        return self.drift(t, y)
+
+    def brownian_shape(self, y) -> tuple[int, ...]:
+        """The shape of one Brownian increment."""
+        if self.noise == "diagonal":
+            return tuple(jnp.shape(y))
+        return tuple(jax.eval_shape(lambda: self.diffusion(0.0, y)).shape[-1:])
+
+    def noise_term(self, t, y, dw):
+        """g(t, y) dW: elementwise for diagonal noise, a matrix-vector product otherwise."""
+        g = self.diffusion(t, y)
+        return g * dw if self.noise == "diagonal" else jnp.einsum("...m,m->...", g, dw)
+
+
 # --- (q, v) states ---------------------------------------------------------------------------
 
 

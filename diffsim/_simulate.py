@@ -12,11 +12,12 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PyTree
 
 from ._custom_types import State, Times
-from ._model import AbstractODE
+from ._model import AbstractODE, AbstractSDE
 from ._parameter import constraints_hold
 from ._results import RESULTS, SimulationError
 from ._solver.adaptive import AbstractAdaptiveSolver
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
+from ._solver.stochastic import AbstractStochasticSolver, brownian_increment
 from ._time_grid import check_ts, plan_fixed_steps
 from ._validate import (
     all_finite,
@@ -64,6 +65,7 @@ def simulate(
     throw: bool = True,
     checkpoint: int | str | None = "auto",
     adjoint: str | diffrax.AbstractAdjoint = "auto",
+    key=None,
 ) -> Solution:
     """Solve the model from `y0` at `ts[0]` and return the states at every time in `ts`.
 
@@ -90,6 +92,11 @@ def simulate(
       steps under `jax.checkpoint`), `None` (store every step) or an int (steps per block).
     - `adjoint`: adaptive solvers, how derivatives are computed: `"auto"`, `"checkpoint"`
       (diffrax's `RecursiveCheckpointAdjoint`: reverse mode only) or a `diffrax` adjoint.
+    - `key`: stochastic models (`ds.AbstractSDE`) with a stochastic solver (`ds.EulerMaruyama`,
+      `ds.Milstein`): the PRNG key of the Brownian path. Step j (counted from `ts[0]`) uses
+      `ds.brownian_increment(key, j, shape, dt)`, so the path depends on the key and the step
+      only, not on the saved times; with a fixed key the solve is a differentiable function of
+      the parameters (pathwise derivatives). `vmap` over keys for an ensemble.
 
     **Returns:** a `ds.Solution`.
 
@@ -138,6 +145,19 @@ def simulate(
     times = ts.astype(real_dtype)
     _once(_check_state, model, y0, times[0])
 
+    stochastic = isinstance(solver, AbstractStochasticSolver)
+    if isinstance(model, AbstractSDE) and not stochastic:
+        raise TypeError(
+            f"{type(model).__name__} is a stochastic model: solve it with a stochastic solver "
+            "(ds.EulerMaruyama() or ds.Milstein()) and a key"
+        )
+    if stochastic != (key is not None):
+        raise ValueError(
+            "a stochastic solver needs key=jax.random.key(...) (the Brownian path's seed)"
+            if stochastic
+            else f"key is the Brownian path of a stochastic solver; {type(solver).__name__} "
+            "solves deterministic models: drop key"
+        )
     if isinstance(solver, AbstractFixedStepSolver):
         _once(solver.check_model, model, times[0], y0)
         plan = plan_fixed_steps(host_ts, dt, steps_per_save, type(solver).__name__)
@@ -152,6 +172,7 @@ def simulate(
             plan.steps,
             steps_per_save=plan.steps_per_save,
             block=_checkpoint_block(checkpoint, total, plan.steps_per_save),
+            key=key,
         )
     elif isinstance(solver, AbstractAdaptiveSolver):
         if steps_per_save is not None or checkpoint != "auto":
@@ -369,17 +390,25 @@ def _nonfinite_code(ys):
 
 
 @eqx.filter_jit
-def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None):
+def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key):
     valid, model, y0, ts = _guard_inputs(model, y0, ts)
     masked = steps is not None
     counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
+    # index of each interval's first step in the whole solve (the Brownian path's clock)
+    offsets = jnp.cumsum(counts) - counts
+    noise_shape = None if key is None else model.brownian_shape(y0)
 
     def interval(y, xs):
-        t_start, t_end, count = xs
+        t_start, t_end, count, offset = xs
         h = (t_end - t_start) / count.astype(ts.dtype)
 
         def one_step(j, y):
-            y_next = solver.step(model, t_start + j.astype(ts.dtype) * h, y, h)
+            t = t_start + j.astype(ts.dtype) * h
+            if key is None:
+                y_next = solver.step(model, t, y, h)
+            else:
+                dw = brownian_increment(key, offset + j, noise_shape, h)
+                y_next = solver.step(model, t, y, h, dw)
             if masked:  # steps beyond this interval's own count leave the state unchanged
                 y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)
             return y_next
@@ -394,10 +423,10 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     if ts.shape[0] == 2:
         # One output interval (e.g. only the final state is wanted): no loop over intervals,
         # which saves XLA a while loop to compile.
-        _, last = interval(y0, (ts[0], ts[1], counts[0]))
+        _, last = interval(y0, (ts[0], ts[1], counts[0], offsets[0]))
         ys = jax.tree.map(lambda y: y[None], last)
     else:
-        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts))
+        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts, offsets))
     ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
     num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
     stats = {

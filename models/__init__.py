@@ -12,3 +12,7 @@ from .mechanics import (
     VanDerPol as VanDerPol,
 )
 from .population import LotkaVolterra as LotkaVolterra, SEIR as SEIR, SIR as SIR
+from .stochastic import (
+    GeometricBrownianMotion as GeometricBrownianMotion,
+    OrnsteinUhlenbeck as OrnsteinUhlenbeck,
+)

@@ -20,6 +20,12 @@ from .runge_kutta import (
     RK4 as RK4,
     RK38 as RK38,
 )
+from .stochastic import (
+    AbstractStochasticSolver as AbstractStochasticSolver,
+    brownian_increment as brownian_increment,
+    EulerMaruyama as EulerMaruyama,
+    Milstein as Milstein,
+)
 from .symplectic import (
     AbstractSymplectic as AbstractSymplectic,
     Leapfrog as Leapfrog,

@@ -1,0 +1,143 @@
+"""Stochastic differential equations: moments, strong orders, pathwise gradients, key contract."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+import models
+
+PATHS = 20_000
+
+
+def _final(model, solver, y0, t1, dt, keys):
+    ts = np.array([0.0, t1])
+
+    def one(key):
+        return ds.simulate(model, y0, ts, solver=solver, dt=dt, key=key).ys[-1]
+
+    return jax.jit(jax.vmap(one))(keys)
+
+
+def test_ornstein_uhlenbeck_moments_against_closed_form():
+    ou = models.OrnsteinUhlenbeck(theta=2.0, mu=1.0, sigma=0.5)
+    dt, n, x0 = 0.01, 100, 0.0
+    x = np.asarray(_final(ou, ds.EulerMaruyama(), jnp.array([x0]), 1.0, dt, _keys(PATHS)))[:, 0]
+    # Euler–Maruyama on OU is the AR(1) recursion X' = aX + θμh + σ√h Z, a = 1 − θh, whose
+    # moments are exact: mean μ + (x0 − μ)aⁿ, variance σ²h(1 − a²ⁿ)/(1 − a²).
+    a = 1 - 2.0 * dt
+    mean = 1.0 + (x0 - 1.0) * a**n
+    variance = 0.25 * dt * (1 - a ** (2 * n)) / (1 - a**2)
+    # sampling: se(mean) = sqrt(var/N), se(var) = var·sqrt(2/(N−1)); 4 se bounds
+    assert abs(x.mean() - mean) < 4 * np.sqrt(variance / PATHS)
+    assert abs(x.var(ddof=1) - variance) < 4 * variance * np.sqrt(2 / (PATHS - 1))
+    # and the discrete moments are within O(θh) of the continuous ones
+    assert mean == pytest.approx(float(ou.mean(x0, 1.0)), rel=2 * 2.0 * dt)
+    assert variance == pytest.approx(float(ou.variance(1.0)), rel=2 * 2.0 * dt)
+
+
+@pytest.mark.parametrize(
+    "solver, order", [(ds.EulerMaruyama(), 0.5), (ds.Milstein(), 1.0)], ids=["EM", "Milstein"]
+)
+def test_strong_order_on_geometric_brownian_motion(solver, order):
+    gbm = models.GeometricBrownianMotion(mu=0.1, sigma=0.5)
+    keys = _keys(2000)
+    errors = []
+    steps = [8, 16, 32, 64, 128]
+    for n in steps:
+        dt = 1.0 / n
+        x = _final(gbm, solver, jnp.array([1.0]), 1.0, dt, keys)[:, 0]
+        # the same Brownian path, from the documented increments of steps 0..n-1
+        w = jax.vmap(lambda k: _brownian(k, n, dt))(keys)[:, 0]
+        errors.append(float(jnp.mean(jnp.abs(x - gbm.exact(1.0, 1.0, w)))))
+    slope = np.polyfit(np.log(1.0 / np.array(steps)), np.log(errors), 1)[0]
+    # 2000 paths on one set of paths for every dt: the slope's sampling error is a few 0.01
+    assert abs(slope - order) < 0.12, (slope, errors)
+
+
+def test_pathwise_gradient_of_the_mean_of_gbm():
+    keys = _keys(PATHS)
+    dt, n = 0.01, 100
+
+    def mean_final(mu):
+        gbm = models.GeometricBrownianMotion(mu=mu, sigma=0.5)
+        return _final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, dt, keys)[:, 0]
+
+    # per-path derivatives dX_T/dμ (one forward pass); their mean is the gradient of the mean
+    samples = np.asarray(jax.jacfwd(mean_final)(0.1))
+    gradient = float(jax.grad(lambda mu: jnp.mean(mean_final(mu)))(0.1))
+    assert gradient == pytest.approx(samples.mean(), rel=1e-9)
+    # EM on GBM: E[X_n] = (1 + μh)ⁿ exactly, so d/dμ = n h (1 + μh)^{n−1} (closed form e^μ)
+    exact_discrete = n * dt * (1 + 0.1 * dt) ** (n - 1)
+    se = samples.std(ddof=1) / np.sqrt(PATHS)
+    assert abs(gradient - exact_discrete) < 4 * se
+    assert exact_discrete == pytest.approx(np.exp(0.1), rel=0.01)
+
+
+def test_path_does_not_depend_on_saved_times_or_batching():
+    gbm = models.GeometricBrownianMotion(mu=0.1, sigma=0.5)
+    key = jax.random.key(7)
+    ends = [
+        ds.simulate(gbm, jnp.array([1.0]), ts, solver=ds.Milstein(), dt=0.01, key=key).ys[-1]
+        for ts in (np.array([0.0, 1.0]), np.linspace(0.0, 1.0, 11), np.array([0.0, 0.3, 1.0]))
+    ]
+    assert ends[0] == ends[1] == ends[2]
+    keys = _keys(64)
+    whole = _final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, 0.01, keys)
+    halves = [_final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, 0.01, k)
+              for k in (keys[:32], keys[32:])]
+    assert jnp.array_equal(whole, jnp.concatenate(halves))
+
+
+class _GBMWithItsPath(ds.AbstractSDE):
+    """[X, W]: GBM and its own driving Brownian motion, one noise through a (2, 1) diffusion."""
+
+    mu: jax.Array = ds.parameter(0.1, ndim=0)
+    sigma: jax.Array = ds.parameter(0.5, ndim=0)
+    noise = "general"
+
+    def drift(self, t, y):
+        return jnp.stack([self.mu * y[0], jnp.zeros_like(y[1])])
+
+    def diffusion(self, t, y):
+        return jnp.stack([self.sigma * y[0], jnp.ones_like(y[1])])[:, None]
+
+
+def test_general_noise_shares_one_brownian_motion():
+    model = _GBMWithItsPath()
+    key = jax.random.key(3)
+    y = ds.simulate(
+        model, jnp.array([1.0, 0.0]), np.array([0.0, 1.0]), solver=ds.EulerMaruyama(),
+        dt=1 / 64, key=key,
+    ).ys[-1]
+    # EM integrates dW exactly: the second component is W(1) from the documented increments
+    assert float(y[1]) == pytest.approx(float(_brownian(key, 64, 1 / 64)[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model, solver, key, message",
+    [
+        (models.OrnsteinUhlenbeck(), ds.RK4(), None, "stochastic model"),
+        (models.OrnsteinUhlenbeck(), ds.EulerMaruyama(), None, "needs key="),
+        (models.HarmonicOscillator(), ds.RK4(), jax.random.key(0), "drop key"),
+        (models.HarmonicOscillator(), ds.EulerMaruyama(), jax.random.key(0), "deterministic"),
+        (_GBMWithItsPath(), ds.Milstein(), jax.random.key(0), "Milstein needs diagonal"),
+    ],
+)
+def test_wrong_pairings_get_clear_errors(model, solver, key, message):
+    y0 = jnp.array([1.0, 0.0]) if not isinstance(model, models.OrnsteinUhlenbeck) else jnp.ones(1)
+    with pytest.raises((TypeError, ValueError), match=message):
+        ds.simulate(model, y0, np.array([0.0, 1.0]), solver=solver, dt=0.1, key=key)
+
+
+def _keys(n):
+    return jax.random.split(jax.random.key(0), n)
+
+
+def _brownian(key, n, dt):
+    """W(n dt) of a one-dimensional path, from the increments `simulate` documents."""
+    increments = jax.vmap(lambda j: ds.brownian_increment(key, j, (1,), jnp.asarray(dt)))(
+        jnp.arange(n)
+    )
+    return jnp.sum(increments, axis=0)
