@@ -37,7 +37,7 @@ from ._reduce import name_outputs, resolve_reduce
 from ._results import RESULTS
 from ._samples import Samples
 from ._simulate import simulate
-from ._solver import AbstractSolver
+from ._solver import AbstractSolver, AbstractStochasticSolver
 from ._validate import check_parameter_value, check_static_count
 
 _Y0_COMPONENT = re.compile(r"^y0\[(\d+)\]$")
@@ -85,7 +85,9 @@ def sweep(
     - `store`: a path for a zarr store. Results are written chunk by chunk; if the store exists
       (an interrupted run), only the missing chunks are computed. A store written by a
       different sweep is refused with `SweepStoreError`.
-    - `key`: a `jax.random` key; member `i` gets `jax.random.fold_in(key, i)`.
+    - `key`: a `jax.random` key; member `i` gets `jax.random.fold_in(key, i)`. Required with a
+      stochastic solver (`ds.EulerMaruyama`, `ds.Milstein`): member `i`'s Brownian path is
+      `fold_in(fold_in(key, i), 1)`, so it does not depend on chunks, devices or processes.
     - `progress`: show a progress bar (members/s, ETA) when stderr is a terminal.
 
     **Returns:** an `xarray.Dataset` with one dimension per grid axis (or `sample`), the axis
@@ -292,7 +294,13 @@ class _MemberSpec:
                 f"{axes.num_members} members: member keys fold_in a uint32 member index, so a "
                 "sweep with a key has at most 2**32 members; split it into several sweeps"
             )
-        if key is not None and not is_factory:
+        stochastic = isinstance(solver, AbstractStochasticSolver)
+        if stochastic and key is None:
+            raise ValueError(
+                f"{type(solver).__name__} draws Brownian paths: give the sweep a key (member i's "
+                "path then comes from fold_in(fold_in(key, i), 1))"
+            )
+        if key is not None and not is_factory and not stochastic:
             raise TypeError(
                 "key is handed to the model for each member, so model must be a function "
                 "(**params, key) -> model when key is given"
@@ -366,8 +374,9 @@ class _MemberSpec:
     def member(self, values: dict, index):
         """One member's outputs (traced; vmapped over a chunk)."""
         parameters = {n: values[n] for n in self.parameter_names}
+        member_key = None if self.key is None else jax.random.fold_in(self.key, index)
         if self.is_factory:
-            extra = {} if self.key is None else {"key": jax.random.fold_in(self.key, index)}
+            extra = {} if member_key is None else {"key": member_key}
             model = self.model(**parameters, **extra)
         else:
             # Rebuilt through the constructor, so converters and structural checks of the model
@@ -384,6 +393,7 @@ class _MemberSpec:
             dt=self.dt,
             max_steps=self.max_steps,
             throw=False,
+            **self._path_key(member_key),
         )
         failed = solution.result != RESULTS.successful
         outputs = {
@@ -391,6 +401,13 @@ class _MemberSpec:
             for name, x in name_outputs(self.reduce(solution)).items()
         }
         return outputs, solution.result, solution.stats["num_steps"]
+
+    def _path_key(self, member_key) -> dict:
+        """The Brownian path's key of a stochastic solve: a stream of the member's key apart
+        from the one its model function receives."""
+        if not isinstance(self.solver, AbstractStochasticSolver):
+            return {}
+        return {"key": jax.random.fold_in(member_key, 1)}
 
     def output_shapes(self) -> dict:
         values = {n: jax.ShapeDtypeStruct(self._member_shape(n), self.dtype) for n in self.inputs}

@@ -141,3 +141,25 @@ def _brownian(key, n, dt):
         jnp.arange(n)
     )
     return jnp.sum(increments, axis=0)
+
+
+def test_sweep_of_an_sde_is_the_same_whatever_the_chunking():
+    axes = {"theta": np.linspace(0.5, 2.0, 6), "sigma": [0.1, 0.5, 1.0]}
+    options = dict(
+        solver=ds.EulerMaruyama(), dt=0.05, reduce="final_state", key=jax.random.key(11),
+        progress=False,
+    )
+    model = models.OrnsteinUhlenbeck(mu=1.0)
+    small = ds.sweep(model, axes, jnp.zeros(1), np.array([0.0, 2.0]), chunk_size=4, **options)
+    large = ds.sweep(model, axes, jnp.zeros(1), np.array([0.0, 2.0]), chunk_size=18, **options)
+    assert np.array_equal(small["final_state"].values, large["final_state"].values)
+    # member (i, j) of the C-ordered grid is index 3i + j; its path key is documented
+    member = ds.simulate(
+        models.OrnsteinUhlenbeck(theta=axes["theta"][4], mu=1.0, sigma=0.5), jnp.zeros(1),
+        np.array([0.0, 2.0]), solver=ds.EulerMaruyama(), dt=0.05,
+        key=jax.random.fold_in(jax.random.fold_in(jax.random.key(11), 3 * 4 + 1), 1),
+    )
+    assert float(small["final_state"].values[4, 1, 0]) == float(member.ys[-1, 0])
+    with pytest.raises(ValueError, match="give the sweep a key"):
+        ds.sweep(model, axes, jnp.zeros(1), np.array([0.0, 2.0]), solver=ds.EulerMaruyama(),
+                 dt=0.05, progress=False)
