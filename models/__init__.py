@@ -14,5 +14,6 @@ from .mechanics import (
 from .population import LotkaVolterra as LotkaVolterra, SEIR as SEIR, SIR as SIR
 from .stochastic import (
     GeometricBrownianMotion as GeometricBrownianMotion,
+    Langevin as Langevin,
     OrnsteinUhlenbeck as OrnsteinUhlenbeck,
 )

@@ -52,3 +52,43 @@ class GeometricBrownianMotion(ds.AbstractSDE):
     def exact(self, x0, t, w):
         """X(t) for the Brownian value W(t) = `w`."""
         return x0 * jnp.exp((self.mu - 0.5 * self.sigma**2) * t + self.sigma * w)
+
+
+class Langevin(ds.AbstractSDE):
+    """Underdamped Langevin particle in the double well U(x) = ΔU (x² − 1)²:
+
+        dx = v dt,   dv = (−U'(x)/m − γ v) dt + √(2γ k_B T / m) dW.
+
+    `barrier` ΔU (energy, > 0: the height of the barrier at x = 0 between the wells at x = ±1),
+    `friction` γ (1/time, > 0), `temperature` k_B T (energy, ≥ 0), `mass` m (> 0). State `[x, v]`;
+    noise acts on v only. At equilibrium the velocity is Maxwellian, ⟨v²⟩ = k_B T / m, and
+    crossings of the barrier follow Kramers' rate for k_B T ≪ ΔU (`kramers_rate`).
+    """
+
+    barrier: Array = ds.parameter(1.0, positive=True, ndim=0)
+    friction: Array = ds.parameter(1.0, positive=True, ndim=0)
+    temperature: Array = ds.parameter(0.25, nonnegative=True, ndim=0)
+    mass: Array = ds.parameter(1.0, positive=True, ndim=0)
+
+    state_names = ("position", "velocity")
+
+    def force(self, x):
+        return -4 * self.barrier * x * (x**2 - 1)
+
+    def drift(self, t, y):
+        x, v = y[0], y[1]
+        return jnp.stack([v, self.force(x) / self.mass - self.friction * v])
+
+    def diffusion(self, t, y):
+        amplitude = jnp.sqrt(2 * self.friction * self.temperature / self.mass)
+        return jnp.stack([jnp.zeros_like(y[0]), jnp.broadcast_to(amplitude, y[1].shape)])
+
+    def kramers_rate(self):
+        """Kramers' escape rate from one well over the barrier (moderate to high friction):
+        (√(λ² + ω_b²) − λ)/ω_b · ω_0/(2π) · exp(−ΔU/k_BT), with λ = γ/2, ω_0² = U''(±1)/m = 8ΔU/m,
+        ω_b² = |U''(0)|/m = 4ΔU/m."""
+        omega0 = jnp.sqrt(8 * self.barrier / self.mass)
+        omega_b = jnp.sqrt(4 * self.barrier / self.mass)
+        half = self.friction / 2
+        prefactor = (jnp.sqrt(half**2 + omega_b**2) - half) / omega_b
+        return prefactor * omega0 / (2 * jnp.pi) * jnp.exp(-self.barrier / self.temperature)

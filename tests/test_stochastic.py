@@ -163,3 +163,27 @@ def test_sweep_of_an_sde_is_the_same_whatever_the_chunking():
     with pytest.raises(ValueError, match="give the sweep a key"):
         ds.sweep(model, axes, jnp.zeros(1), np.array([0.0, 2.0]), solver=ds.EulerMaruyama(),
                  dt=0.05, progress=False)
+
+
+def test_langevin_velocities_reach_equipartition():
+    # Started at rest in a well, the velocity relaxes (rate γ) to the Maxwell distribution:
+    # ⟨v²⟩ = k_B T / m. After t = 10/γ the memory of the start is e^{-10}. Euler–Maruyama's
+    # stationary variance is biased by O(γh) = 1% here.
+    model = models.Langevin(barrier=1.0, friction=1.0, temperature=0.25, mass=2.0)
+    y = _final(model, ds.EulerMaruyama(), jnp.array([1.0, 0.0]), 10.0, 0.01, _keys(4000))
+    v2 = np.asarray(y[:, 1]) ** 2
+    target = 0.25 / 2.0
+    assert abs(v2.mean() - target) < 4 * v2.std(ddof=1) / np.sqrt(v2.size) + 0.01 * target
+
+
+def test_kramers_rate_limits():
+    # transition-state theory as friction → 0; the overdamped Smoluchowski rate
+    # ω_0 ω_b / (2π γ) e^{−ΔU/kT} as friction → ∞ (m = 1: ω_0² = 8ΔU, ω_b² = 4ΔU)
+    barrier, temperature = 1.0, 0.2
+    boltzmann = np.exp(-barrier / temperature)
+    omega0, omega_b = np.sqrt(8 * barrier), np.sqrt(4 * barrier)
+    weak = models.Langevin(barrier=barrier, friction=1e-6, temperature=temperature)
+    strong = models.Langevin(barrier=barrier, friction=1e4, temperature=temperature)
+    assert float(weak.kramers_rate()) == pytest.approx(omega0 / (2 * np.pi) * boltzmann, rel=1e-5)
+    overdamped = omega0 * omega_b / (2 * np.pi * 1e4) * boltzmann
+    assert float(strong.kramers_rate()) == pytest.approx(overdamped, rel=1e-6)
