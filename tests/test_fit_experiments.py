@@ -41,6 +41,9 @@ def test_fit_oscillator_target_experiment(tmp_path):
     assert max(record["errors"].values()) < 1e-8
 
 
+# test_fit.py and the fit-command test below check the same lynx–hare fit against the
+# published values; the script adds the profiles and figures
+@pytest.mark.slow
 def test_fit_lynx_hare_experiment(tmp_path):
     record = _experiment("fit_lynx_hare").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
