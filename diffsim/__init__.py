@@ -10,6 +10,7 @@ from . import distributed as distributed
 from ._fit import fit as fit, FitWarning as FitWarning
 from ._fit_data import Data as Data
 from ._fit_result import FitResult as FitResult
+from ._iterate import iterate as iterate, Iterated as Iterated
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,

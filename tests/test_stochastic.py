@@ -187,3 +187,40 @@ def test_kramers_rate_limits():
     assert float(weak.kramers_rate()) == pytest.approx(omega0 / (2 * np.pi) * boltzmann, rel=1e-5)
     overdamped = omega0 * omega_b / (2 * np.pi * 1e4) * boltzmann
     assert float(strong.kramers_rate()) == pytest.approx(overdamped, rel=1e-6)
+
+
+def _walk_step(key, position):
+    return position + jnp.where(jax.random.bernoulli(key), 1, -1).astype(position.dtype)
+
+
+def test_iterate_gives_first_passage_times_of_a_random_walk():
+    # A ±1 random walk from 0 leaves (−a, a) after a² steps on average (gambler's ruin), with
+    # variance (2/3) a²(a² − 1).
+    a, members = 10, 4000
+    stop = lambda x: jnp.abs(x) >= a  # noqa: E731
+
+    def first_passage(key):
+        return ds.iterate(_walk_step, jnp.array(0, jnp.int32), key, stop=stop, max_steps=10_000)
+
+    out = jax.jit(jax.vmap(first_passage))(_keys(members))
+    assert bool(out.stopped.all()) and bool((jnp.abs(out.state) == a).all())
+    steps = np.asarray(out.steps, np.float64)
+    se = np.sqrt(2 / 3 * a**2 * (a**2 - 1) / members)
+    assert abs(steps.mean() - a**2) < 4 * se
+    # a member's result does not depend on its batch
+    alone = first_passage(_keys(members)[17])
+    assert int(alone.steps) == int(out.steps[17]) and int(alone.state) == int(out.state[17])
+    capped = ds.iterate(_walk_step, jnp.array(0, jnp.int32), _keys(1)[0], stop=stop, max_steps=3)
+    assert int(capped.steps) == 3 and not bool(capped.stopped)
+
+
+def test_early_exit_benchmark_smoke():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "experiments" / "bench" / "early_exit.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "early exit ms" in out and "straggling" in out
