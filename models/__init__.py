@@ -16,4 +16,5 @@ from .stochastic import (
     GeometricBrownianMotion as GeometricBrownianMotion,
     Langevin as Langevin,
     OrnsteinUhlenbeck as OrnsteinUhlenbeck,
+    StochasticSIR as StochasticSIR,
 )

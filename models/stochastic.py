@@ -92,3 +92,40 @@ class Langevin(ds.AbstractSDE):
         half = self.friction / 2
         prefactor = (jnp.sqrt(half**2 + omega_b**2) - half) / omega_b
         return prefactor * omega0 / (2 * jnp.pi) * jnp.exp(-self.barrier / self.temperature)
+
+
+class StochasticSIR(ds.AbstractSDE):
+    """SIR epidemic with demographic noise (the chemical Langevin equation of the SIR reactions
+    S + I → 2I at rate βSI/N and I → R at rate γI):
+
+        dS = −a dt − √a dW₁,   dI = (a − b) dt + √a dW₁ − √b dW₂,   dR = b dt + √b dW₂,
+
+    a = βSI/N, b = γI (people/day; rates clipped at 0 so the square roots stay real). `beta` β,
+    `gamma` γ (1/day), `population` N. Two Brownian motions (general noise, diffusion (3, 2)); every
+    increment moves people between compartments, so S + I + R = N holds exactly along each path.
+    For large N the paths concentrate around the deterministic `models.SIR` (fluctuations
+    ~ √N).
+    """
+
+    beta: Array = ds.parameter(0.3, positive=True, ndim=0)
+    gamma: Array = ds.parameter(0.1, positive=True, ndim=0)
+    population: Array = ds.parameter(1000.0, positive=True, ndim=0)
+
+    state_names = ("S", "I", "R")
+    noise = "general"
+
+    def _rates(self, y):
+        s, i = y[0], y[1]
+        infection = jnp.maximum(self.beta * s * i / self.population, 0.0)
+        recovery = jnp.maximum(self.gamma * i, 0.0)
+        return infection, recovery
+
+    def drift(self, t, y):
+        infection, recovery = self._rates(y)
+        return jnp.stack([-infection, infection - recovery, recovery])
+
+    def diffusion(self, t, y):
+        infection, recovery = self._rates(y)
+        a, b = jnp.sqrt(infection), jnp.sqrt(recovery)
+        zero = jnp.zeros_like(a)
+        return jnp.stack([jnp.stack([-a, zero]), jnp.stack([a, -b]), jnp.stack([zero, b])])
