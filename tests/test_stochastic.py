@@ -167,8 +167,9 @@ def test_sweep_of_an_sde_is_the_same_whatever_the_chunking():
 
 def test_langevin_velocities_reach_equipartition():
     # Started at rest in a well, the velocity relaxes (rate γ) to the Maxwell distribution:
-    # ⟨v²⟩ = k_B T / m. After t = 10/γ the memory of the start is e^{-10}. Euler–Maruyama's
-    # stationary variance is biased by O(γh) = 1% here.
+    # ⟨v²⟩ = k_B T / m. After t = 10/γ the memory of the start is e^{-10}. Euler–Maruyama heats
+    # an underdamped oscillator: its stationary variance is too large by about ω₀²h/(2γ) (2% here,
+    # ω₀² = 8ΔU/m = 4); the bound is 4 standard errors of the mean of 4000 paths (9%) + 1%.
     model = models.Langevin(barrier=1.0, friction=1.0, temperature=0.25, mass=2.0)
     y = _final(model, ds.EulerMaruyama(), jnp.array([1.0, 0.0]), 10.0, 0.01, _keys(4000))
     v2 = np.asarray(y[:, 1]) ** 2
