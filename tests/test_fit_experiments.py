@@ -95,6 +95,7 @@ def test_fit_command_rejects_a_bad_config(tmp_path, capsys):
     assert "no data file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # suite time; the benchmark-suite issue gathers the smoke runs of every bench
 @pytest.mark.parametrize("script", ["fit.py"])
 def test_fit_benchmark_smoke(script):
     command = [sys.executable, str(ROOT / "experiments" / "bench" / script), "--quick"]

@@ -215,6 +215,7 @@ def test_iterate_gives_first_passage_times_of_a_random_walk():
     assert int(capped.steps) == 3 and not bool(capped.stopped)
 
 
+@pytest.mark.slow  # suite time; the benchmark-suite issue gathers the smoke runs of every bench
 def test_early_exit_benchmark_smoke():
     import subprocess
     import sys
