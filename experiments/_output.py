@@ -9,6 +9,18 @@ from pathlib import Path
 import numpy as np
 
 
+def prepare(out_dir):
+    """Create the output folder and return it with pyplot (the file-only Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, plt
+
+
 def figure(fig, out: Path, name: str) -> list[str]:
     """Save `fig` as `name`.png and `name`.pdf without creation dates (byte-stable reruns)."""
     out = Path(out)

@@ -33,13 +33,7 @@ NOISE = 0.5
 
 
 def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out, plt = _output.prepare(out_dir)
     y0 = jnp.array([-8.0, 7.0, 27.0])
     ts = np.linspace(0.0, 2.0, 101)
     clean = np.asarray(ds.simulate(models.Lorenz(**TRUTH), y0, ts, solver=ds.RK4(), dt=0.005).ys)

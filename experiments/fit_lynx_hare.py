@@ -31,13 +31,7 @@ PUBLISHED = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024}
 
 
 def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out, plt = _output.prepare(out_dir)
     data = ds.Data.from_csv(DATA, time="year", columns=["hare", "lynx"])
     guess = models.LotkaVolterra(alpha=0.5, beta=0.025, gamma=0.8, delta=0.025)
     # The quick run swaps the adaptive Tsit5 for RK4 (dt = 0.02 yr; same optimum to 4 digits),

@@ -34,13 +34,7 @@ def position(y):
 
 
 def run(out_dir="out/fit_oscillator_target", quick: bool = False) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out, plt = _output.prepare(out_dir)
     oscillator = models.HarmonicOscillator(omega=2.0, damping=0.1)
     options = dict(t0=0.0, solver=ds.RK4(), dt=0.001, noise=TOLERANCE)
     # (a) hit x = 1 at T: the initial velocity only

@@ -34,13 +34,7 @@ def angle(y):
 
 
 def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out, plt = _output.prepare(out_dir)
     ts = np.linspace(0.0, 10.0, 101)
     y0 = jnp.array([1.0, 0.0])
     clean = ds.simulate(models.DampedPendulum(**TRUTH), y0, ts, solver=ds.RK4(), dt=0.01).ys[:, 0]
