@@ -7,6 +7,7 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 from importlib.metadata import PackageNotFoundError, version
 
 from . import distributed as distributed
+from ._events import Event as Event
 from ._fit import fit as fit, FitWarning as FitWarning
 from ._fit_data import Data as Data
 from ._fit_result import FitResult as FitResult

@@ -19,6 +19,7 @@ class RESULTS(enum.IntEnum):
     nonlinear_solver_failed = 4
     solver_failed = 5
     nonfinite_state = 6
+    event_limit_reached = 7
 
     @property
     def message(self) -> str:
@@ -49,6 +50,11 @@ _MESSAGES = {
         "the state became non-finite (NaN or inf): for a fixed-step solver make dt smaller "
         "(the step may be beyond the method's stability limit); otherwise check the model for "
         "divisions by zero or blow-up"
+    ),
+    RESULTS.event_limit_reached: (
+        "an event with a reset occurred more often than its max_events: raise max_events (a "
+        "bouncing ball with restitution < 1 bounces infinitely often before it comes to rest, so "
+        "end the simulation earlier or add a terminal event for the resting state)"
     ),
 }
 

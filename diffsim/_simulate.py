@@ -11,16 +11,18 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int, PyTree
 
+from ._adaptive_solve import solve_adaptive, solve_adaptive_events
 from ._custom_types import State, Times
+from ._event_solve import loop_bound, solve_fixed_events
+from ._events import as_events, evaluate, Event
 from ._model import AbstractODE, AbstractSDE
-from ._parameter import constraints_hold
 from ._results import RESULTS, SimulationError
+from ._solve_common import advance, guard_inputs, mask_invalid, nonfinite_code
 from ._solver.adaptive import AbstractAdaptiveSolver
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
 from ._solver.stochastic import AbstractStochasticSolver, brownian_increment
 from ._time_grid import check_ts, plan_fixed_steps
 from ._validate import (
-    all_finite,
     any_traced,
     check_positive_number,
     check_static_count,
@@ -40,12 +42,27 @@ class Solution(eqx.Module):
       `num_function_evals` (exact for fixed-step solvers; for explicit adaptive ones, attempted
       steps × stages per step; absent for implicit solvers, whose Newton iterations vary).
     - `result`: int32 code, `ds.RESULTS.successful` (0) when the solve succeeded.
+
+    With `events` (else None):
+
+    - `event_time`: when each event happened: shape `(max_events,)` per event (a scalar when
+      `max_events` is 1), `inf` in slots of occurrences that did not happen. A tuple of these
+      when `events` was a tuple.
+    - `event_state`: the state just before each occurrence (before its reset), shaped like
+      `event_time` plus the state's shape; NaN where none happened.
+    - `event_count`: int, how often each event happened.
+    - `reached`: bool `(times,)`: False at output times after a terminal event (their `ys` are
+      NaN).
     """
 
     ts: Float[Array, " times"]
     ys: PyTree[Array]
     stats: dict[str, Int[Array, ""]]
     result: Int[Array, ""]
+    event_time: PyTree[Array] = None
+    event_state: PyTree[Array] = None
+    event_count: PyTree[Array] = None
+    reached: Array | None = None
 
     @property
     def succeeded(self) -> Array:
@@ -66,6 +83,7 @@ def simulate(
     checkpoint: int | str | None = "auto",
     adjoint: str | diffrax.AbstractAdjoint = "auto",
     key=None,
+    events=None,
 ) -> Solution:
     """Solve the model from `y0` at `ts[0]` and return the states at every time in `ts`.
 
@@ -97,6 +115,15 @@ def simulate(
       `ds.brownian_increment(key, j, shape, dt)`, so the path depends on the key and the step
       only, not on the saved times; with a fixed key the solve is a differentiable function of
       the parameters (pathwise derivatives). `vmap` over keys for an ensemble.
+    - `events`: a `ds.Event` or a tuple of them (conditions that cross zero: impacts, switches,
+      stops). Crossings are located inside steps; terminal events stop the trajectory (later
+      outputs NaN, `Solution.reached` False), events with a `reset` restart from the reset
+      state. When several events cross in one step the earliest fires; at equal times (to
+      round-off) the first in the tuple. The results are `Solution.event_time`, `event_state`,
+      `event_count`. Fixed-step and adaptive ODE solvers; not stochastic ones (for first
+      passages of a stochastic model use `ds.iterate` with a stop condition). Reverse mode
+      through a fixed-step solve with events stores one state per checkpoint block as without
+      events.
 
     **Returns:** a `ds.Solution`.
 
@@ -158,12 +185,41 @@ def simulate(
             else f"key is the Brownian path of a stochastic solver; {type(solver).__name__} "
             "solves deterministic models: drop key"
         )
+    event_list = None
+    if events is not None:
+        event_list = as_events(events)
+        if stochastic:
+            raise NotImplementedError(
+                "events are not supported for stochastic solvers: for a first passage or another "
+                "stop condition of a stochastic model, step it with ds.iterate(step, state, key, "
+                "stop=...) under jax.vmap"
+            )
+        _once(_check_events, event_list, times[0], y0)
+    records = reached = None
     if isinstance(solver, AbstractFixedStepSolver):
         _once(solver.check_model, model, times[0], y0)
         plan = plan_fixed_steps(host_ts, dt, steps_per_save, type(solver).__name__)
         if adjoint != "auto":
             raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
         total = plan.steps_per_save * (times.shape[0] - 1)
+    if isinstance(solver, AbstractFixedStepSolver) and event_list is not None:
+        counts = (
+            np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
+            if plan.steps is None
+            else plan.steps
+        )
+        bound = loop_bound(event_list, total)
+        ys, reached, records, stats, result = solve_fixed_events(
+            solver,
+            model,
+            y0,
+            times,
+            jnp.asarray(counts),
+            event_list,
+            grid_steps=total,
+            block=_checkpoint_block(checkpoint, bound, 1),
+        )
+    elif isinstance(solver, AbstractFixedStepSolver):
         ys, stats, result = _solve_fixed(
             solver,
             model,
@@ -187,9 +243,21 @@ def simulate(
                 f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
             )
         try:
-            ys, stats, result = _solve_adaptive(
-                solver, model, y0, times, dt, max_steps=int(max_steps), adjoint=adjoint
-            )
+            if event_list is None:
+                ys, stats, result = solve_adaptive(
+                    solver, model, y0, times, dt, max_steps=int(max_steps), adjoint=adjoint
+                )
+            else:
+                ys, reached, records, stats, result = solve_adaptive_events(
+                    solver,
+                    model,
+                    y0,
+                    times,
+                    dt,
+                    event_list,
+                    max_steps=int(max_steps),
+                    adjoint=adjoint,
+                )
         except TypeError as error:
             if "forward-mode autodiff" not in str(error):
                 raise
@@ -202,6 +270,20 @@ def simulate(
         raise TypeError(f"{type(solver).__name__} is neither a fixed-step nor an adaptive solver")
 
     solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
+    if records is not None:
+        event_time, event_state, event_count = records.public(
+            isinstance(events, Event), event_list
+        )
+        solution = Solution(
+            ts=ts,
+            ys=ys,
+            stats=stats,
+            result=result,
+            event_time=event_time,
+            event_state=event_state,
+            event_count=event_count,
+            reached=reached,
+        )
     return _raise_if_failed(solution, max_steps) if throw else solution
 
 
@@ -307,56 +389,31 @@ def _check_state(model, y0, t0) -> None:
             )
 
 
+def _check_events(events, t0, y0) -> None:
+    for i, event in enumerate(events):
+        where = f"events[{i}]" if len(events) > 1 else "the event"
+        try:
+            jax.eval_shape(lambda t, y: evaluate(event, t, y), t0, y0)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+        if event.reset is not None:
+            out = jax.eval_shape(event.reset, t0, y0)
+            if jax.tree.structure(out) != jax.tree.structure(y0) or any(
+                (a.shape, a.dtype) != (b.shape, b.dtype)
+                for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
+            ):
+                raise ValueError(
+                    f"{where}: reset(t, y) must return a state like y ({_describe(y0)}, "
+                    f"{jnp.result_type(*jax.tree.leaves(y0))}), got {_describe(out)}"
+                )
+
+
 def _describe(tree) -> str:
     shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
     return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))
 
 
 # --- the compiled solves ----------------------------------------------------------------------
-
-
-def _guard_inputs(model, y0, ts, extra=True):
-    """Traced check of what could not be checked in Python because it was traced, and the inputs
-    a failing member runs with instead: harmless values, so that it cannot stall a batch (its
-    outputs are set to NaN afterwards and its result code says why)."""
-    increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
-    valid = all_finite(model) & constraints_hold(model) & all_finite(y0) & increasing & extra
-    ts = jnp.where(valid, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
-    return valid, _sanitize(valid, model, 1.0), _sanitize(valid, y0, 0.0), ts
-
-
-def _sanitize(valid, tree, fill):
-
-    def leaf(x):
-        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact):
-            return jnp.where(valid, x, jnp.asarray(fill, x.dtype))
-        return x
-
-    return jax.tree.map(leaf, tree)
-
-
-def _mask_invalid(valid, ys):
-    return jax.tree.map(lambda y: jnp.where(valid, y, jnp.nan), ys)
-
-
-def _advance(one_step, y, steps: int, block: int | None):
-    """Apply `one_step(j, y)` for j = 0 .. steps-1. With `block`, long runs are cut into blocks of
-    `block` steps under `jax.checkpoint`: reverse mode then stores one state per block and
-    recomputes each block's steps once, so memory grows like steps/block + block (O(sqrt(steps))
-    for block ~ sqrt(steps)) instead of like steps."""
-    if block is None or steps <= block:
-        return lax.fori_loop(0, steps, one_step, y)
-    n_blocks, rest = divmod(steps, block)
-
-    @jax.checkpoint
-    def run_block(y, first):
-        return lax.fori_loop(0, block, lambda i, y: one_step(first + i, y), y), None
-
-    y, _ = lax.scan(run_block, y, jnp.arange(n_blocks, dtype=jnp.int32) * block)
-    if rest:
-        tail = jax.checkpoint(lambda y: lax.fori_loop(n_blocks * block, steps, one_step, y))
-        y = tail(y)
-    return y
 
 
 def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int | None:
@@ -384,14 +441,9 @@ def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int 
     return int(checkpoint)
 
 
-def _nonfinite_code(ys):
-    finite = all_finite(ys)
-    return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state)
-
-
 @eqx.filter_jit
 def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key):
-    valid, model, y0, ts = _guard_inputs(model, y0, ts)
+    valid, model, y0, ts = guard_inputs(model, y0, ts)
     masked = steps is not None
     counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
     # index of each interval's first step in the whole solve (the Brownian path's clock)
@@ -413,7 +465,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
                 y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)
             return y_next
 
-        y = _advance(one_step, y, steps_per_save, block)
+        y = advance(one_step, y, steps_per_save, block)
         return y, y
 
     if block is not None and steps_per_save <= block:
@@ -434,109 +486,8 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
         "num_rejected_steps": jnp.zeros_like(num_steps),
         "num_function_evals": num_steps * solver.evals_per_step,
     }
-    result = jnp.where(valid, _nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
-    return _mask_invalid(valid, ys), stats, result
-
-
-@eqx.filter_jit
-def _solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
-    dtype = ts.dtype
-    rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
-    tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
-    valid, model, y0, ts = _guard_inputs(model, y0, ts, tolerances_ok)
-    rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
-    dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    dt0 = None if dt0 is None else jnp.asarray(dt0, dtype)
-    inner = solver.to_diffrax()
-    args = (model, y0, ts, rtol, atol, dtmin, dt0)
-    if adjoint == "auto":
-        ys, code, accepted, rejected = _diffeqsolve_any_order(
-            *args, inner=inner, max_steps=max_steps
-        )
-    else:
-        adjoint = diffrax.RecursiveCheckpointAdjoint() if adjoint == "checkpoint" else adjoint
-        ys, code, accepted, rejected = _diffeqsolve(
-            *args, inner=inner, max_steps=max_steps, adjoint=adjoint
-        )
-    code = jnp.where(code == RESULTS.successful, _nonfinite_code(ys), code)
-    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    stats = {"num_steps": accepted, "num_rejected_steps": rejected}
-    if isinstance(inner, diffrax.AbstractERK):
-        tableau = inner.tableau
-        per_step = tableau.num_stages - (1 if tableau.fsal else 0)
-        stats["num_function_evals"] = (accepted + rejected) * per_step
-    return _mask_invalid(valid, ys), stats, result
-
-
-def _diffeqsolve(model, y0, ts, rtol, atol, dtmin, dt0, *, inner, max_steps, adjoint):
-    """One diffrax solve saving at `ts`; returns (ys, our result code, accepted, rejected)."""
-    # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
-    # result code instead of being accepted with an error above the tolerance.
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
-    solution = diffrax.diffeqsolve(
-        diffrax.ODETerm(model.vector_field),
-        inner,
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=dt0,
-        y0=y0,
-        saveat=diffrax.SaveAt(ts=ts),
-        stepsize_controller=controller,
-        max_steps=max_steps,
-        throw=False,
-        adjoint=adjoint,
-    )
-    status = solution.result
-    code = jnp.select(
-        [
-            status == diffrax.RESULTS.successful,
-            status == diffrax.RESULTS.max_steps_reached,
-            status == diffrax.RESULTS.dt_min_reached,
-            (status == diffrax.RESULTS.nonlinear_divergence)
-            | (status == diffrax.RESULTS.nonlinear_max_steps_reached),
-        ],
-        [
-            RESULTS.successful,
-            RESULTS.max_steps_reached,
-            RESULTS.step_size_collapsed,
-            RESULTS.nonlinear_solver_failed,
-        ],
-        RESULTS.solver_failed,
-    ).astype(jnp.int32)
-    stats = solution.stats
-    return solution.ys, code, stats["num_accepted_steps"], stats["num_rejected_steps"]
-
-
-@eqx.filter_custom_jvp
-def _diffeqsolve_any_order(model, y0, ts, rtol, atol, dtmin, dt0, *, inner, max_steps):
-    """The default adaptive solve. Undifferentiated it runs diffrax's plain loop (fastest);
-    differentiated, the rule below runs forward mode through `diffrax.DirectAdjoint`, whose
-    bounded loop JAX can also transpose. So `jax.grad`, `jax.jacfwd`, `jax.jvp` and
-    `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop."""
-    return _diffeqsolve(
-        model,
-        y0,
-        ts,
-        rtol,
-        atol,
-        dtmin,
-        dt0,
-        inner=inner,
-        max_steps=max_steps,
-        adjoint=diffrax.RecursiveCheckpointAdjoint(),
-    )
-
-
-@_diffeqsolve_any_order.def_jvp
-def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps):
-    def solve(*args):
-        return _diffeqsolve(
-            *args, inner=inner, max_steps=max_steps, adjoint=diffrax.DirectAdjoint()
-        )
-
-    primal_out, tangent_out = eqx.filter_jvp(solve, primals, tangents)
-    ys, code, accepted, rejected = primal_out
-    return primal_out, (tangent_out[0], None, None, None)
+    result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
+    return mask_invalid(valid, ys), stats, result
 
 
 # --- failures ----------------------------------------------------------------------------------
@@ -570,6 +521,8 @@ def _when_nonfinite(solution: Solution) -> str:
     for leaf in jax.tree.leaves(solution.ys):
         leaf = np.asarray(leaf)
         finite &= np.isfinite(leaf).reshape(leaf.shape[0], -1).all(axis=1)
+    if solution.reached is not None:  # outputs after a terminal event are NaN by design
+        finite |= ~np.asarray(solution.reached)
     if finite.all():
         return ""
     first_bad = int(np.argmin(finite))

@@ -1,0 +1,202 @@
+"""`ds.Event`: something that happens when a scalar function of the state crosses zero.
+
+This module holds the event description and the rules shared by the fixed-step and the adaptive
+event loops (`_event_solve.py`): which sign changes count as a crossing, how a state just after an
+event is kept from firing the same event again, and the per-event records a `Solution` reports.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+class Event(eqx.Module):
+    """An event of `ds.simulate(..., events=...)`: `condition(t, y)` crosses zero.
+
+    **Arguments:**
+
+    - `condition(t, y) -> scalar`: a float that changes sign at the event (e.g. the height of a
+      ball, `lambda t, y: y[0]`). It may be an `equinox.Module` holding arrays (they are traced
+      and differentiated like model parameters) or a closure.
+    - `direction`: `-1` fires only when the condition goes from positive to zero or negative
+      (falling), `+1` only from negative to zero or positive (rising), `0` (default) both.
+    - `terminal`: stop the trajectory at the event. Default: True without `reset`, False with one.
+    - `reset(t, y) -> y`: the state the integration restarts from at the event time (a bounce,
+      an impact, a switch); same structure, shapes and dtypes as `y`.
+    - `max_events`: static number of occurrences recorded (and, with `reset`, allowed: one more
+      crossing stops the trajectory with `ds.RESULTS.event_limit_reached`). Terminal events
+      occur once. A non-terminal event without reset only records its first `max_events`
+      crossings (a Poincaré section, say) and does not change the solution.
+
+    The crossing is detected from the sign of `condition` at the ends of each step and located
+    inside the step by root finding on the solver's interpolant (fixed-step solvers: the cubic
+    Hermite interpolant through both step ends; adaptive solvers: diffrax's dense output), so the
+    event time is accurate to the solver's order, not to the step. The event time is a
+    differentiable function of the parameters and initial state (implicit function theorem), so
+    `jax.grad` flows through impacts.
+    """
+
+    condition: Callable
+    reset: Callable | None
+    direction: int = eqx.field(static=True)
+    terminal: bool = eqx.field(static=True)
+    max_events: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        condition: Callable,
+        *,
+        direction: int = 0,
+        terminal: bool | None = None,
+        reset: Callable | None = None,
+        max_events: int = 1,
+    ):
+        if not callable(condition):
+            raise TypeError(
+                f"Event: condition must be callable as condition(t, y), got {condition!r}"
+            )
+        if reset is not None and not callable(reset):
+            raise TypeError(f"Event: reset must be callable as reset(t, y) -> y, got {reset!r}")
+        if direction not in (-1, 0, 1) or isinstance(direction, bool):
+            raise ValueError(
+                f"Event: direction must be -1 (falling), 0 (either way) or +1 (rising), "
+                f"got {direction!r}"
+            )
+        if terminal is None:
+            terminal = reset is None
+        if terminal and reset is not None:
+            raise ValueError(
+                "Event: a terminal event stops the trajectory, so it cannot also reset it; pass "
+                "terminal=False (the default with reset) to restart from reset(t, y)"
+            )
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ValueError(f"Event: max_events must be an int >= 1, got {max_events!r}")
+        if terminal and max_events != 1:
+            raise ValueError("Event: a terminal event occurs once; leave max_events at 1")
+        self.condition = condition
+        self.reset = reset
+        self.direction = int(direction)
+        self.terminal = bool(terminal)
+        self.max_events = int(max_events)
+
+
+def as_events(events) -> tuple[Event, ...]:
+    """`events` as a tuple (a single `Event` or a sequence of them)."""
+    single = isinstance(events, Event)
+    items = (events,) if single else tuple(events)
+    if not items:
+        raise ValueError("events is empty: pass a ds.Event or a tuple of them")
+    for i, event in enumerate(items):
+        if not isinstance(event, Event):
+            raise TypeError(
+                f"events[{i}] must be a ds.Event(condition, ...), got {type(event).__name__}"
+            )
+    return items
+
+
+def evaluate(event: Event, t, y):
+    """The condition's value as a scalar of the time's dtype (checked shape)."""
+    value = jnp.asarray(event.condition(t, y))
+    if value.shape != ():
+        raise ValueError(
+            f"an event condition must return a scalar, got shape {value.shape}; e.g. "
+            "condition = lambda t, y: y[0] for the first component"
+        )
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        raise TypeError(
+            f"an event condition must return a float that crosses zero, got {value.dtype}; "
+            "write a boolean test as a signed distance (e.g. y[0] - level instead of y[0] < level)"
+        )
+    return value.astype(jnp.result_type(t))
+
+
+def crossed(event: Event, before, after):
+    """Whether a change of the condition from `before` to `after` counts as this event. A value
+    of exactly zero at the start of a step never fires (see `restart_value`)."""
+    falling = (before > 0) & (after <= 0)
+    rising = (before < 0) & (after >= 0)
+    if event.direction < 0:
+        return falling
+    if event.direction > 0:
+        return rising
+    return falling | rising
+
+
+def restart_value(event: Event, model, t, y, time_scale):
+    """The condition at a state an event has just produced, as the next crossing test sees it.
+
+    After an event the state sits on the zero of its condition up to the root finder's
+    round-off, on either side of it. A value within that round-off is replaced by a tiny number
+    with the sign of the condition's rate along the flow (where the trajectory is heading), so a
+    bounce does not fire again at once and a genuine later crossing still does.
+    """
+    value, rate = jax.jvp(
+        lambda s: evaluate(event, s, _flow(model, s, y, t)), (t,), (jnp.ones_like(t),)
+    )
+    eps = jnp.finfo(value.dtype).eps
+    slack = jnp.abs(rate) * 64 * eps * time_scale
+    return jnp.where(jnp.abs(value) <= slack, jnp.sign(rate) * slack, value)
+
+
+def _flow(model, s, y, t):
+    """y moved along the vector field by s − t (first order): only its derivative in s at s = t
+    is used, to get the condition's rate of change."""
+    f = model.vector_field(t, y)
+    return jax.tree.map(lambda a, b: a + (s - t) * b, y, f)
+
+
+class Records(eqx.Module):
+    """Per event: when and where it happened (`max_events` slots, inf / NaN when unused) and
+    how often."""
+
+    times: tuple
+    states: tuple
+    counts: Any
+
+    @staticmethod
+    def empty(events, y0, dtype):
+        times = tuple(jnp.full(e.max_events, jnp.inf, dtype) for e in events)
+        states = tuple(
+            jax.tree.map(lambda x: jnp.full((e.max_events,) + x.shape, jnp.nan, x.dtype), y0)
+            for e in events
+        )
+        return Records(times, states, jnp.zeros(len(events), jnp.int32))
+
+    def add(self, which, fired, t, y, events):
+        """Record the occurrence of event `which` at (t, y) when `fired`; slots beyond
+        `max_events` are not written."""
+        times, states = [], []
+        for i, event in enumerate(events):
+            slot = self.counts[i]
+            write = fired & (which == i) & (slot < event.max_events)
+            index = jnp.minimum(slot, event.max_events - 1)
+            times.append(self.times[i].at[index].set(jnp.where(write, t, self.times[i][index])))
+            states.append(
+                jax.tree.map(
+                    lambda buf, x: buf.at[index].set(jnp.where(write, x, buf[index])),
+                    self.states[i],
+                    y,
+                )
+            )
+        counts = self.counts + (fired & (jnp.arange(len(events)) == which)).astype(jnp.int32)
+        return Records(tuple(times), tuple(states), counts)
+
+    def public(self, single: bool, events):
+        """(event_time, event_state, event_count) in the form `Solution` reports: for a single
+        event arrays (scalars when `max_events` is 1), for several a tuple of them."""
+
+        def squeeze(i):
+            if events[i].max_events == 1:
+                return self.times[i][0], jax.tree.map(lambda s: s[0], self.states[i])
+            return self.times[i], self.states[i]
+
+        parts = [squeeze(i) for i in range(len(events))]
+        times = tuple(p[0] for p in parts)
+        states = tuple(p[1] for p in parts)
+        counts = tuple(self.counts[i] for i in range(len(events)))
+        if single:
+            return times[0], states[0], counts[0]
+        return times, states, counts
