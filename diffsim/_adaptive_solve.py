@@ -94,7 +94,10 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
     terminal = jnp.array([e.terminal for e in events])
     resets = jnp.array([e.reset is not None for e in events])
     limits = jnp.array([e.max_events for e in events], jnp.int32)
-    segments = 1 + sum(e.max_events for e in events if not e.terminal) + 1
+    # one segment per event that restarts the integration, one more to catch a reset past its
+    # limit
+    any_reset = any(e.reset is not None for e in events)
+    segments = 1 + sum(e.max_events for e in events if not e.terminal) + int(any_reset)
 
     init = dict(
         t=ts[0],
@@ -130,7 +133,7 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         t_final, y_final = out["t_final"], out["y_final"]
         mask = jnp.stack(out["event_mask"])
         fired = active & out["event_occurred"] & jnp.any(mask)
-        which = jnp.argmax(mask)
+        which = jnp.argmax(mask).astype(jnp.int32)
         after_start = jnp.where(index == 0, ts >= c["t"], ts > c["t"])
         take = active & after_start & (ts <= t_final) & ~c["filled"]
         ys = jax.tree.map(
@@ -165,7 +168,10 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         keep = {k: v for k, v in c.items()}
         return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, keep), None
 
-    final, _ = lax.scan(segment, init, jnp.arange(segments))
+    if segments == 1:  # terminal events only: no loop over segments to compile
+        final, _ = segment(init, jnp.array(0, jnp.int32))
+    else:
+        final, _ = lax.scan(segment, init, jnp.arange(segments, dtype=jnp.int32))
     reached = final["filled"]
     ys = final["ys"]
     finite = jnp.all(
@@ -181,7 +187,7 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
     )
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
     stats = _stats(inner, final["accepted"], final["rejected"])
-    stats["num_events"] = jnp.sum(final["records"].counts)
+    stats["num_events"] = jnp.sum(final["records"].counts, dtype=jnp.int32)
     return mask_invalid(valid, ys), reached & valid, final["records"], stats, result
 
 

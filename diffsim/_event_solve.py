@@ -44,13 +44,14 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     result)."""
     valid, model, y0, ts = guard_inputs(model, y0, ts)
     dtype = ts.dtype
-    ends = jnp.cumsum(counts)
+    counts = counts.astype(jnp.int32)
+    ends = jnp.cumsum(counts, dtype=jnp.int32)
     total = ends[-1]
     n_intervals = ts.shape[0] - 1
     time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
 
     def grid_time(j):
-        i = jnp.clip(jnp.searchsorted(ends, j, side="left"), 0, n_intervals - 1)
+        i = jnp.clip(jnp.searchsorted(ends, j, side="left"), 0, n_intervals - 1).astype(jnp.int32)
         k = j - (ends[i] - counts[i])
         inside = ts[i] + k.astype(dtype) * ((ts[i + 1] - ts[i]) / counts[i].astype(dtype))
         return jnp.where(k >= counts[i], ts[i + 1], inside), i, k >= counts[i]
@@ -90,7 +91,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
         any_hit = jnp.any(jnp.stack(hits))
 
         def no_event():
-            return dict(t=target, y=y1, g=g1, which=jnp.array(0), t_ev=target, y_ev=y1)
+            return dict(t=target, y=y1, g=g1, which=jnp.array(0, jnp.int32), t_ev=target, y_ev=y1)
 
         def event():
             which, t_ev, y_ev = _locate(model, events, c["t"], c["y"], h, y1, c["g"], g1, hits)
@@ -141,7 +142,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
 
     bound = loop_bound(events, grid_steps)
     final = advance(iteration, init, bound, block)
-    reached = jnp.arange(ts.shape[0]) <= final["last_saved"]
+    reached = jnp.arange(ts.shape[0], dtype=jnp.int32) <= final["last_saved"]
     ys = final["ys"]
     finite = jnp.all(
         jnp.stack(
@@ -153,7 +154,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     )
     code = jnp.where(finite, final["code"], RESULTS.nonfinite_state)
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    num_events = jnp.sum(final["records"].counts)
+    num_events = jnp.sum(final["records"].counts, dtype=jnp.int32)
     stats = {
         "num_steps": final["steps"],
         "num_rejected_steps": jnp.zeros_like(final["steps"]),
@@ -203,7 +204,7 @@ def _locate(model, events, t, y, h, y1, g0, g1, hits):
     thetas = jnp.stack(thetas)
     first = jnp.min(thetas)
     tie = thetas <= first + 16 * jnp.finfo(thetas.dtype).eps
-    which = jnp.argmax(tie)
+    which = jnp.argmax(tie).astype(jnp.int32)
     theta = jnp.where(jnp.isfinite(thetas[which]), thetas[which], 1)
     return which, t + theta * h, state(theta)
 

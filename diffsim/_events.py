@@ -181,7 +181,9 @@ class Records(eqx.Module):
                     y,
                 )
             )
-        counts = self.counts + (fired & (jnp.arange(len(events)) == which)).astype(jnp.int32)
+        counts = self.counts + (fired & (jnp.arange(len(events), dtype=jnp.int32) == which)).astype(
+            jnp.int32
+        )
         return Records(tuple(times), tuple(states), counts)
 
     def public(self, single: bool, events):

@@ -217,7 +217,11 @@ def simulate(
             jnp.asarray(counts),
             event_list,
             grid_steps=total,
-            block=_checkpoint_block(checkpoint, bound, 1),
+            # Short runs store every step for reverse mode: checkpoint blocks would double the
+            # compile time of the event loop for memory that does not matter at this length.
+            block=None
+            if checkpoint == "auto" and bound <= _EVENT_STEPS_STORED
+            else _checkpoint_block(checkpoint, bound, 1),
         )
     elif isinstance(solver, AbstractFixedStepSolver):
         ys, stats, result = _solve_fixed(
@@ -326,6 +330,10 @@ def _check_finite_inputs(model, y0) -> None:
         where = "" if bad == ["(the value itself)"] else f" at {', '.join(bad)}"
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
 
+
+# Fixed-step event loops up to this many iterations keep every step for reverse mode under
+# checkpoint="auto" (~100 kB for a 10-component state and RK4's stages).
+_EVENT_STEPS_STORED = 4096
 
 _PASSED_CHECKS: OrderedDict = OrderedDict()
 _MAX_REMEMBERED = 1024

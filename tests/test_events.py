@@ -1,0 +1,267 @@
+"""Events: crossings located inside steps, terminal stops, resets, records, derivatives through
+them, batches whose members stop at different times, and the errors for bad events."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+
+G = 9.81
+DROP = 2.0
+
+
+def _falling(t, y, p):
+    return jnp.stack([y[1], -p["g"] + 0 * y[0]])
+
+
+BALL = ds.ODE(_falling, {"g": G})
+
+
+def _height(t, y):
+    return y[0]
+
+
+def _bounce_times(h, e, n):
+    """Closed form: first impact at sqrt(2h/g), then flights of 2 e^k v1 / g."""
+    v1 = math.sqrt(2 * G * h)
+    times, v = [math.sqrt(2 * h / G)], v1
+    for _ in range(n - 1):
+        v *= e
+        times.append(times[-1] + 2 * v / G)
+    return np.array(times), v1 * e ** np.arange(n)
+
+
+class Bounce(eqx.Module):
+    """Reset of a ball hitting the floor with restitution e; e is traced, so every test that
+    bounces shares one compiled solve per solver."""
+
+    e: jax.Array
+
+    def __call__(self, t, y):
+        return jnp.stack([jnp.zeros_like(y[0]), -self.e * y[1]])
+
+
+def _bouncing(e, max_events=8):
+    return ds.Event(_height, direction=-1, reset=Bounce(jnp.asarray(e)), max_events=max_events)
+
+
+LANDING = ds.Event(_height, direction=-1)
+TS = jnp.linspace(0.0, 4.0, 81)
+
+
+SOLVERS = {
+    "RK4": dict(solver=ds.RK4(), dt=0.01),
+    "Tsit5": dict(solver=ds.Tsit5(rtol=1e-10, atol=1e-12)),
+}
+
+
+def _bouncing_trajectory(ts, times, speeds, e):
+    """Closed-form height: free fall from DROP, then parabolas leaving the floor at e * speed."""
+    ts = np.asarray(ts)
+    height = DROP - 0.5 * G * ts**2
+    for t_k, u_k in zip(times, e * speeds):
+        s = ts - t_k
+        height = np.where(s >= 0, u_k * s - 0.5 * G * s**2, height)
+    return height
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_bouncing_ball_matches_closed_form(name):
+    # Free fall is quadratic in t: RK4, Tsit5 and both interpolants are exact on it, so bounce
+    # times, impact speeds and heights must agree with the closed form to round-off (the root
+    # finders converge to it; 1e-11 allows ~100 ulps of accumulation over 5 bounces).
+    e = 0.8
+    sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(e), **SOLVERS[name])
+    times, speeds = _bounce_times(DROP, e, 5)  # t = 3.65 is the fifth bounce, the sixth is 4.07
+    assert int(sol.event_count) == 5
+    np.testing.assert_allclose(sol.event_time[:5], times, rtol=0, atol=1e-11)
+    assert np.all(np.isinf(sol.event_time[5:]))
+    np.testing.assert_allclose(sol.event_state[:5, 1], -speeds, rtol=1e-11)
+    np.testing.assert_allclose(sol.event_state[:5, 0], 0.0, atol=1e-11)
+    assert np.all(np.isnan(sol.event_state[5:]))
+    # heights at the output times, apexes e^(2k) h included, against the piecewise parabola
+    np.testing.assert_allclose(sol.ys[:, 0], _bouncing_trajectory(TS, times, speeds, e), atol=1e-10)
+    assert bool(sol.reached.all())
+    assert int(sol.result) == 0
+
+
+def test_crossing_is_located_inside_the_step_to_the_solver_order():
+    # x'' = -x from x = 1 crosses zero (falling) at pi/2. RK4 with the Hermite interpolant puts
+    # the event within O(dt^4) of it: far inside a step, and 16x closer when dt halves.
+    oscillator = ds.ODE(lambda t, y, p: jnp.stack([y[1], -y[0]]), None)
+    event = ds.Event(_height, direction=-1)
+    errors = []
+    for dt in (0.1, 0.05):
+        sol = ds.simulate(
+            oscillator, jnp.array([1.0, 0.0]), jnp.array([0.0, 3.0]), solver=ds.RK4(), dt=dt,
+            events=event,
+        )  # fmt: skip
+        errors.append(abs(float(sol.event_time) - math.pi / 2))
+    assert errors[0] < 1e-5  # dt = 0.1: the step end would be off by up to 0.1
+    assert 12 < errors[0] / errors[1] < 20  # fourth order
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_first_impact_time_derivatives(name):
+    # t(h) = sqrt(2h/g): t' = 1/sqrt(2 g h). The event time is differentiable through the root
+    # (implicit function theorem) in reverse and forward mode.
+    def impact(h):
+        sol = ds.simulate(BALL, jnp.stack([h, 0.0]), TS, events=LANDING, **SOLVERS[name])
+        return sol.event_time
+
+    assert float(impact(DROP)) == pytest.approx(math.sqrt(2 * DROP / G), abs=1e-12)
+    exact = 1 / math.sqrt(2 * G * DROP)
+    assert float(jax.grad(impact)(DROP)) == pytest.approx(exact, rel=1e-9)
+    if name == "RK4":  # two differentiable Newton steps: the second derivative is exact too
+        # (jax.hessian is forward over reverse, so forward mode is covered as well)
+        second = -0.25 * math.sqrt(2 / G) * DROP**-1.5
+        assert float(jax.hessian(impact)(DROP)) == pytest.approx(second, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_first_impact_time_forward_mode_adaptive():
+    # forward mode of the adaptive event solve (diffrax's DirectAdjoint), what ds.fit's
+    # Jacobians use; RK4's forward mode is covered by the Hessian above
+    def impact(h):
+        sol = ds.simulate(BALL, jnp.stack([h, 0.0]), TS, events=LANDING, **SOLVERS["Tsit5"])
+        return sol.event_time
+
+    exact = 1 / math.sqrt(2 * G * DROP)
+    assert float(jax.jacfwd(impact)(DROP)) == pytest.approx(exact, rel=1e-9)
+
+
+def test_gradient_flows_through_an_impact():
+    # The second bounce happens at t1 + 2 e v1 / g, so d t2 / d e = 2 v1 / g; and the height at
+    # a later time depends on e through the reset (checked against central differences).
+    def second_bounce(e):
+        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(e), **SOLVERS["RK4"])
+        return sol.event_time[1], sol.ys[38, 0]  # t = 1.9
+
+    v1 = math.sqrt(2 * G * DROP)
+    assert float(jax.grad(lambda e: second_bounce(e)[0])(0.8)) == pytest.approx(2 * v1 / G, 1e-9)
+    grad = float(jax.grad(lambda e: second_bounce(e)[1])(0.8))
+    step = 1e-6
+    central = (second_bounce(0.8 + step)[1] - second_bounce(0.8 - step)[1]) / (2 * step)
+    assert grad == pytest.approx(float(central), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_terminal_events_under_vmap_stop_members_at_their_own_times(name):
+    ts = TS
+    heights = jnp.array([0.5, 2.0, 20.0, 100.0])  # the last one does not land before t = 4
+
+    def run(h):
+        return ds.simulate(BALL, jnp.stack([h, 0.0]), TS, events=LANDING, throw=False,
+                           **SOLVERS[name])  # fmt: skip
+
+    batch = jax.jit(jax.vmap(run))(heights)
+    landing = np.sqrt(2 * np.asarray(heights) / G)
+    expected = np.where(landing <= 4.0, landing, np.inf)
+    np.testing.assert_allclose(batch.event_time, expected, rtol=1e-10)
+    np.testing.assert_array_equal(batch.reached, np.asarray(ts)[None, :] <= landing[:, None])
+    assert bool(jnp.all(jnp.isnan(batch.ys[~batch.reached])))
+    assert bool(jnp.all(jnp.isfinite(batch.ys[batch.reached])))
+    np.testing.assert_array_equal(batch.result, 0)
+    np.testing.assert_array_equal(batch.event_count, [1, 1, 1, 0])
+    alone = run(heights[1])
+    np.testing.assert_allclose(batch.ys[1][alone.reached], alone.ys[alone.reached], rtol=1e-13)
+
+
+def test_earliest_event_wins_and_ties_go_in_order():
+    ts = jnp.array([0.0, 1.0])
+    high = ds.Event(lambda t, y: y[0] - 1.5, direction=-1)
+    low = ds.Event(lambda t, y: y[0] - 0.5, direction=-1)
+    for events, first in (((low, high), 1), ((high, low), 0)):
+        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), dt=0.01,
+                          events=events)  # fmt: skip
+        counts = [int(c) for c in sol.event_count]
+        assert counts[first] == 1 and counts[1 - first] == 0
+        assert float(sol.event_time[first]) == pytest.approx(math.sqrt(2 * 0.5 / G), abs=1e-12)
+    same = (ds.Event(_height, direction=-1), ds.Event(lambda t, y: 2 * y[0], direction=-1))
+    sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), dt=0.01, events=same)
+    assert [int(c) for c in sol.event_count] == [1, 0]
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_recording_event_leaves_the_solution_unchanged(name):
+    # A Poincaré-like section: upward zero crossings of x for x'' = -x from (1, 0) happen at
+    # 3 pi / 2 + 2 pi k. Recording them changes nothing in ys.
+    oscillator = ds.ODE(lambda t, y, p: jnp.stack([y[1], -y[0]]), None)
+    ts = jnp.linspace(0.0, 20.0, 41)
+    options = SOLVERS[name] if name == "Tsit5" else dict(solver=ds.RK4(), dt=0.005)
+    plain = ds.simulate(oscillator, jnp.array([1.0, 0.0]), ts, **options)
+    section = ds.Event(_height, direction=1, terminal=False, max_events=2)
+    sol = ds.simulate(oscillator, jnp.array([1.0, 0.0]), ts, events=section, **options)
+    expected = 1.5 * math.pi + 2 * math.pi * np.arange(2)
+    np.testing.assert_allclose(sol.event_time, expected, atol=1e-8)
+    assert int(sol.event_count) == 2  # the third crossing (at 17.3) is past the slots
+    np.testing.assert_allclose(sol.ys, plain.ys, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", SOLVERS)
+def test_more_resets_than_max_events_is_an_error(name):
+    # With e = 0.5 the ball comes to rest at t = 3 t1 = 1.92 after infinitely many bounces; a
+    # run to t = 4 needs more than any max_events.
+    with pytest.raises(ds.SimulationError, match="max_events"):
+        ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(0.5), **SOLVERS[name])
+    sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(0.5), throw=False,
+                      **SOLVERS[name])  # fmt: skip
+    assert int(sol.result) == ds.RESULTS.event_limit_reached
+    assert int(sol.event_count) == 8
+    assert bool(jnp.all(jnp.isfinite(sol.event_time)))
+
+
+def test_event_inside_jit_and_with_a_closed_over_parameter():
+    # the level is a traced value closed over by the condition; d t / d level = -1 / (g t).
+    ts = jnp.array([0.0, 1.0])
+
+    @jax.jit
+    def impact(level):
+        event = ds.Event(lambda t, y: y[0] - level, direction=-1)
+        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), steps_per_save=50,
+                          events=event)  # fmt: skip
+        return sol.event_time
+
+    level = 0.5
+    t = math.sqrt(2 * (DROP - level) / G)
+    assert float(impact(level)) == pytest.approx(t, abs=1e-12)
+    assert float(jax.grad(impact)(level)) == pytest.approx(-1 / (G * t), rel=1e-9)
+
+
+def test_bad_events_are_refused_with_a_reason():
+    y0, ts = jnp.array([DROP, 0.0]), jnp.array([0.0, 1.0])
+    with pytest.raises(ValueError, match="direction"):
+        ds.Event(_height, direction=2)
+    with pytest.raises(ValueError, match="terminal"):
+        ds.Event(_height, terminal=True, reset=lambda t, y: y)
+    with pytest.raises(ValueError, match="max_events"):
+        ds.Event(_height, terminal=False, max_events=0)
+    with pytest.raises(ValueError, match="occurs once"):
+        ds.Event(_height, max_events=3)
+    with pytest.raises(TypeError, match="callable"):
+        ds.Event(1.0)
+
+    def run(events, **kwargs):
+        options = dict(solver=ds.RK4(), dt=0.1) | kwargs
+        return ds.simulate(BALL, y0, ts, events=events, **options)
+
+    with pytest.raises(ValueError, match="scalar"):
+        run(ds.Event(lambda t, y: y))
+    with pytest.raises(TypeError, match="signed distance"):
+        run(ds.Event(lambda t, y: y[0] < 0))
+    with pytest.raises(ValueError, match="reset"):
+        run(ds.Event(_height, reset=lambda t, y: y[:1]))
+    with pytest.raises(TypeError, match=r"events\[1\]"):
+        run((ds.Event(_height), "floor"))
+    with pytest.raises(ValueError, match="empty"):
+        run(())
+    from models.stochastic import OrnsteinUhlenbeck
+
+    with pytest.raises(NotImplementedError, match="ds.iterate"):
+        ds.simulate(OrnsteinUhlenbeck(), jnp.zeros(1), ts, solver=ds.EulerMaruyama(), dt=0.1,
+                    key=jax.random.key(0), events=ds.Event(_height))  # fmt: skip
