@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _fit_optimize as opt
+from ._events import as_events, Event
 from ._fit_data import as_data, Data
 from ._fit_problem import (
     batchable_windows,
@@ -59,6 +60,7 @@ def fit(
     continuity_weight: float = 10.0,
     level: float = 0.95,
     max_steps: int = 100_000,
+    events=None,
 ) -> FitResult:
     """Fit parameters and/or initial-state components of `model` to `data`.
 
@@ -77,6 +79,10 @@ def fit(
       whole state); applied at each data time. E.g. `lambda y: y[0]` for the angle only.
     - `solver`, `dt`, `max_steps`: as for `ds.simulate` (default `ds.Tsit5(rtol=1e-8,
       atol=1e-8)`).
+    - `events`: events with resets (impacts, switches) as for `ds.simulate`, or a function
+      `model -> events` when they depend on fitted parameters (e.g. a restitution
+      coefficient: `events=lambda m: m.impacts(max_events=20)`). Derivatives flow through the
+      event times. Terminal events are refused: data after the stop would be unexplained.
     - `method`: `"lm"` (`optimistix.LevenbergMarquardt`, default), `"gauss-newton"`,
       `"bfgs"` (minimises the loss), or an optax `GradientTransformation` run for
       `max_iterations` steps (default 256 for optimistix, 2000 for optax).
@@ -110,7 +116,7 @@ def fit(
     setup = _setup(
         model, y0, data, params, initial_state, observe, solver, dt, method, loss, segments,
         starts, bounds, noise, weights, t0, max_iterations, rtol, atol, continuity_weight,
-        level, max_steps,
+        level, max_steps, events=events,
     )
     problem, optimizer = setup["problem"], setup["optimizer"]
     p0s = _start_points(problem, setup["guess"], starts, key)
@@ -155,9 +161,24 @@ def fit(
 # --- setup: validate and assemble the problem ---------------------------------------------------
 
 
+def _checked_events(events, model):
+    """`events` (or `events(model)`) checked: ds.Event(s) without terminal ones."""
+    if events is None:
+        return None
+    resolved = events(model) if callable(events) and not isinstance(events, Event) else events
+    for event in as_events(resolved):
+        if event.terminal:
+            raise ValueError(
+                "ds.fit: a terminal event stops the trajectory, leaving later data unexplained; "
+                "fit with events that reset (terminal=False) or end the data at the event"
+            )
+    return events
+
+
 def _setup(
     model, y0, data, params, initial_state, observe, solver, dt, method, loss, segments, starts,
     bounds, noise, weights, t0, max_iterations, rtol, atol, continuity_weight, level, max_steps,
+    *, events=None,
 ) -> dict:
     if not isinstance(model, AbstractODE):
         raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(model)}")
@@ -275,6 +296,7 @@ def _setup(
         log_loss=loss == "log",
         dt=dt,
         max_steps=int(max_steps),
+        events=_checked_events(events, model),
         windows=((0, len(ts) - 1),),
         batched=False,
         steps_per_save=None,

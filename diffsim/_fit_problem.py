@@ -19,6 +19,7 @@ import numpy as np
 
 from ._model import AbstractODE
 from ._parameter import parameter_constraints
+from ._events import Event
 from ._simulate import simulate
 from ._solver.base import AbstractFixedStepSolver
 from ._time_grid import plan_fixed_steps
@@ -98,6 +99,7 @@ class Problem(eqx.Module):
     log_loss: bool = eqx.field(static=True)
     dt: float | None = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
+    events: Any  # ds.Event(s), or a function model -> events, or None
     windows: tuple[tuple[int, int], ...] = eqx.field(static=True)  # (start, end) indices in ts
     batched: bool = eqx.field(static=True)  # windows share a relative grid: one vmapped solve
     steps_per_save: int | None = eqx.field(static=True)  # fixed-step solver, batched windows
@@ -159,10 +161,16 @@ class Problem(eqx.Module):
             steps_per_save=steps_per_save,
             max_steps=self.max_steps,
             throw=False,
+            events=self._events(model),
             **options,
         )
         ys = solution.ys.reshape(solution.ys.shape[0], -1)
         return jnp.where(solution.succeeded, ys, jnp.nan)
+
+    def _events(self, model):
+        if callable(self.events) and not isinstance(self.events, Event):
+            return self.events(model)
+        return self.events
 
     def _solve_windows_batched(self, model, starts):
         a0, b0 = self.windows[0]

@@ -5,6 +5,7 @@ from .chaos import Lorenz as Lorenz
 from .chemistry import Robertson as Robertson
 from .fields import Heat1D as Heat1D
 from .mechanics import (
+    BouncingBall as BouncingBall,
     DampedPendulum as DampedPendulum,
     DoublePendulum as DoublePendulum,
     Duffing as Duffing,

@@ -4,6 +4,7 @@ Second-order models take the state `[q, v]` stacked on the first axis (or a tupl
 `jnp.array([x0, v0])` for one degree of freedom.
 """
 
+import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array
 
@@ -165,3 +166,62 @@ class VanDerPol(ds.AbstractSecondOrder):
 
     def acceleration(self, t, q, v):
         return self.mu * (1 - q**2) * v - q
+
+
+class BouncingBall(ds.AbstractSecondOrder):
+    """A ball falling under gravity with linear air drag, bouncing on a floor at height 0.
+
+    - `gravity` g (m/s², > 0), `drag` k (1/s, ≥ 0): x'' = −g − k x'.
+    - `restitution` e (> 0, ≤ 1 for real balls): the rebound speed over the impact speed.
+    - `rest_speed` (m/s, ≥ 0): a rebound slower than this ends at rest on the floor (x = 0,
+      v = 0, where the ball then stays). With 0 (the default) a ball with e < 1 bounces
+      infinitely often before it would come to rest at a finite time, so its simulations must
+      end before that: past `max_events` impacts the solve reports
+      `ds.RESULTS.event_limit_reached`.
+
+    State `[x, v]` (m, m/s). The impacts are an event: pass `events=ball.impacts(max_events)`
+    to `ds.simulate` (or `events=lambda m: m.impacts(...)` to `ds.fit`, so that e is fitted).
+    Without drag, `bounce_times` gives the impacts in closed form.
+    """
+
+    gravity: Array = ds.parameter(9.81, positive=True, ndim=0)
+    drag: Array = ds.parameter(0.0, nonnegative=True, ndim=0)
+    restitution: Array = ds.parameter(0.8, positive=True, ndim=0)
+    rest_speed: Array = ds.parameter(0.0, nonnegative=True, ndim=0)
+
+    state_names = ("x", "v")
+
+    def acceleration(self, t, q, v):
+        resting = (q <= 0) & (v == 0)  # only the state a slow rebound leaves
+        return jnp.where(resting, 0.0, -self.gravity - self.drag * v)
+
+    def impacts(self, max_events: int = 32) -> ds.Event:
+        """The floor: a falling crossing of x = 0, where v → −e v (or the ball comes to rest
+        when e |v| < rest_speed)."""
+        return ds.Event(_height, direction=-1, reset=_Rebound(self.restitution, self.rest_speed),
+                        max_events=max_events)  # fmt: skip
+
+    def bounce_times(self, height, count: int):
+        """Closed-form impact times from rest at `height` without drag (or rest): t₁ = √(2h/g),
+        then flights of 2 eᵏ v₁ / g."""
+        first = jnp.sqrt(2 * height / self.gravity)
+        speed = self.gravity * first
+        flights = 2 * speed * self.restitution ** jnp.arange(1, count) / self.gravity
+        return first + jnp.concatenate([jnp.zeros(1, first.dtype), jnp.cumsum(flights)])
+
+
+def _height(t, y):
+    return y[0]
+
+
+class _Rebound(eqx.Module):
+    """The floor's reset; a module, so its coefficients are traced (and fitted) like
+    parameters."""
+
+    restitution: Array
+    rest_speed: Array
+
+    def __call__(self, t, y):
+        rebound = -self.restitution * y[1]
+        rebound = jnp.where(jnp.abs(rebound) < self.rest_speed, 0.0, rebound)
+        return jnp.stack([jnp.zeros_like(y[0]), rebound])

@@ -3,23 +3,19 @@ them, batches whose members stop at different times, and the errors for bad even
 
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import diffsim as ds
+import models
 
 G = 9.81
 DROP = 2.0
 
 
-def _falling(t, y, p):
-    return jnp.stack([y[1], -p["g"] + 0 * y[0]])
-
-
-BALL = ds.ODE(_falling, {"g": G})
+BALL = models.BouncingBall(gravity=G, restitution=0.8)
 
 
 def _height(t, y):
@@ -36,18 +32,10 @@ def _bounce_times(h, e, n):
     return np.array(times), v1 * e ** np.arange(n)
 
 
-class Bounce(eqx.Module):
-    """Reset of a ball hitting the floor with restitution e; e is traced, so every test that
-    bounces shares one compiled solve per solver."""
-
-    e: jax.Array
-
-    def __call__(self, t, y):
-        return jnp.stack([jnp.zeros_like(y[0]), -self.e * y[1]])
-
-
 def _bouncing(e, max_events=8):
-    return ds.Event(_height, direction=-1, reset=Bounce(jnp.asarray(e)), max_events=max_events)
+    # the restitution is traced inside the reset, so every test that bounces shares one
+    # compiled solve per solver
+    return models.BouncingBall(gravity=G, restitution=e).impacts(max_events)
 
 
 LANDING = ds.Event(_height, direction=-1)
@@ -78,6 +66,7 @@ def test_bouncing_ball_matches_closed_form(name):
     e = 0.8
     sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(e), **SOLVERS[name])
     times, speeds = _bounce_times(DROP, e, 5)  # t = 3.65 is the fifth bounce, the sixth is 4.07
+    np.testing.assert_allclose(BALL.bounce_times(DROP, 5), times, rtol=1e-14)
     assert int(sol.event_count) == 5
     np.testing.assert_allclose(sol.event_time[:5], times, rtol=0, atol=1e-11)
     assert np.all(np.isinf(sol.event_time[5:]))
