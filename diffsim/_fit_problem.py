@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._events import Event
 from ._model import AbstractODE
 from ._parameter import parameter_constraints
-from ._events import Event
 from ._simulate import simulate
 from ._solver.base import AbstractFixedStepSolver
 from ._time_grid import plan_fixed_steps

@@ -79,6 +79,34 @@ class AbstractSDE(AbstractODE):
         return g * dw if self.noise == "diagonal" else jnp.einsum("...m,m->...", g, dw)
 
 
+class AbstractLangevin(AbstractSDE):
+    """Underdamped Langevin dynamics of particles of mass m at temperature k_B T:
+
+        dq = v dt,   dv = (F(q)/m − γ v) dt + √(2γ k_B T / m) dW,
+
+    with the state `[q, v]` stacked on the first axis. Subclasses implement `force(q)` (F, shaped
+    like q) and have the fields `friction` γ (1/time), `temperature` k_B T (energy) and `mass` m.
+    Besides the generic SDE solvers, `ds.BAOAB` steps these with the exact velocity
+    (Ornstein–Uhlenbeck) update, which keeps the equilibrium distribution to O(dt²).
+    """
+
+    friction: eqx.AbstractVar[Any]
+    temperature: eqx.AbstractVar[Any]
+    mass: eqx.AbstractVar[Any]
+
+    @abc.abstractmethod
+    def force(self, q):
+        """F(q) = −∇U(q), shaped like q."""
+
+    def drift(self, t, y):
+        q, v = y[0], y[1]
+        return jnp.stack([v, self.force(q) / self.mass - self.friction * v])
+
+    def diffusion(self, t, y):
+        amplitude = jnp.sqrt(2 * self.friction * self.temperature / self.mass)
+        return jnp.stack([jnp.zeros_like(y[0]), jnp.broadcast_to(amplitude, y[1].shape)])
+
+
 # --- (q, v) states ---------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from ._results import RESULTS, SimulationError
 from ._solve_common import advance, guard_inputs, mask_invalid, nonfinite_code
 from ._solver.adaptive import AbstractAdaptiveSolver
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
-from ._solver.stochastic import AbstractStochasticSolver, brownian_increment
+from ._solver.stochastic import AbstractStochasticSolver
 from ._time_grid import check_ts, plan_fixed_steps
 from ._validate import (
     any_traced,
@@ -467,7 +467,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
             if key is None:
                 y_next = solver.step(model, t, y, h)
             else:
-                dw = brownian_increment(key, offset + j, noise_shape, h)
+                dw = solver.noise(key, offset + j, noise_shape, h)
                 y_next = solver.step(model, t, y, h, dw)
             if masked:  # steps beyond this interval's own count leave the state unchanged
                 y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)

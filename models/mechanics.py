@@ -206,7 +206,8 @@ class BouncingBall(ds.AbstractSecondOrder):
         then flights of 2 eᵏ v₁ / g."""
         first = jnp.sqrt(2 * height / self.gravity)
         speed = self.gravity * first
-        flights = 2 * speed * self.restitution ** jnp.arange(1, count) / self.gravity
+        powers = jnp.arange(1, count, dtype=first.dtype)
+        flights = 2 * speed * self.restitution**powers / self.gravity
         return first + jnp.concatenate([jnp.zeros(1, first.dtype), jnp.cumsum(flights)])
 
 

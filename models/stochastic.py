@@ -54,7 +54,7 @@ class GeometricBrownianMotion(ds.AbstractSDE):
         return x0 * jnp.exp((self.mu - 0.5 * self.sigma**2) * t + self.sigma * w)
 
 
-class Langevin(ds.AbstractSDE):
+class Langevin(ds.AbstractLangevin):
     """Underdamped Langevin particle in the double well U(x) = ΔU (x² − 1)²:
 
         dx = v dt,   dv = (−U'(x)/m − γ v) dt + √(2γ k_B T / m) dW.
@@ -62,7 +62,8 @@ class Langevin(ds.AbstractSDE):
     `barrier` ΔU (energy, > 0: the height of the barrier at x = 0 between the wells at x = ±1),
     `friction` γ (1/time, > 0), `temperature` k_B T (energy, ≥ 0), `mass` m (> 0). State `[x, v]`;
     noise acts on v only. At equilibrium the velocity is Maxwellian, ⟨v²⟩ = k_B T / m, and
-    crossings of the barrier follow Kramers' rate for k_B T ≪ ΔU (`kramers_rate`).
+    crossings of the barrier follow Kramers' rate for k_B T ≪ ΔU (`kramers_rate`). `ds.BAOAB`
+    keeps that equilibrium; Euler–Maruyama heats it at practical steps.
     """
 
     barrier: Array = ds.parameter(1.0, positive=True, ndim=0)
@@ -74,14 +75,6 @@ class Langevin(ds.AbstractSDE):
 
     def force(self, x):
         return -4 * self.barrier * x * (x**2 - 1)
-
-    def drift(self, t, y):
-        x, v = y[0], y[1]
-        return jnp.stack([v, self.force(x) / self.mass - self.friction * v])
-
-    def diffusion(self, t, y):
-        amplitude = jnp.sqrt(2 * self.friction * self.temperature / self.mass)
-        return jnp.stack([jnp.zeros_like(y[0]), jnp.broadcast_to(amplitude, y[1].shape)])
 
     def kramers_rate(self):
         """Kramers' escape rate from one well over the barrier (moderate to high friction):

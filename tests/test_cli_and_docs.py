@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import diffsim as ds
@@ -120,3 +121,14 @@ def test_sweep_command_rejects_a_bad_config(tmp_path, capsys):
     )
     assert main(["sweep", str(config), "--store", str(tmp_path / "s.zarr")]) == 2
     assert "model 'Pendulum' is not in models; available: [" in capsys.readouterr().err
+
+
+def test_events_page_example_runs():
+    text = (ROOT / "docs" / "events.md").read_text()
+    block = text.split("## Events")[1].split("```python")[1].split("```")[0]
+    namespace = {}
+    exec(compile(block, "docs/events.md", "exec"), namespace)  # noqa: S102
+    sol, ball = namespace["sol"], namespace["ball"]
+    assert int(sol.event_count) == 5
+    closed_form = np.asarray(ball.bounce_times(2.0, 5))
+    np.testing.assert_allclose(np.asarray(sol.event_time[:5]), closed_form, rtol=1e-5)

@@ -10,6 +10,7 @@ from .base import (
     AbstractFixedStepSolver as AbstractFixedStepSolver,
     AbstractSolver as AbstractSolver,
 )
+from .diffrax_sde import DiffraxSDE as DiffraxSDE
 from .runge_kutta import (
     AbstractRungeKutta as AbstractRungeKutta,
     ButcherTableau as ButcherTableau,
@@ -22,6 +23,7 @@ from .runge_kutta import (
 )
 from .stochastic import (
     AbstractStochasticSolver as AbstractStochasticSolver,
+    BAOAB as BAOAB,
     brownian_increment as brownian_increment,
     EulerMaruyama as EulerMaruyama,
     Milstein as Milstein,

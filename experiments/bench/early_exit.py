@@ -12,6 +12,11 @@ two ways to run the batch:
       its stop (what a hand-written batched simulator without early exit does).
 Compile and run time (median of repeats, `block_until_ready`) are reported separately.
 
+The second table does the same for ODE solves stopped by a terminal event: a batch of balls
+dropped from heights chosen so that they land at given times (`models.BouncingBall`, RK4,
+dt = 1 ms, horizon 2 s), `jax.vmap(ds.simulate(..., events=landing))` against the same solve
+without the event, which always runs to the horizon.
+
 Run: `python experiments/bench/early_exit.py [--members N --stop S --max-steps M] [--quick]`
 """
 
@@ -28,6 +33,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _timing import compile_seconds, machine_line, run_seconds, table  # noqa: E402
 
 import diffsim as ds  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import models  # noqa: E402
 
 DIM = 16
 
@@ -111,6 +119,58 @@ def main(argv=None):
         "\nboth runners end every member at its own stop step (same states); the early exit "
         "runs until the slowest member stops, the fixed horizon always runs max_steps"
     )
+    events_section(args.members, args.quick)
+
+
+def make_landing(with_event: bool, horizon: float, dt: float):
+    ball = models.BouncingBall()
+    ts = np.array([0.0, horizon], np.float32)
+    landing = ds.Event(lambda t, y: y[0], direction=-1)
+
+    def one(height):
+        y0 = jnp.stack([height, jnp.zeros_like(height)])
+        sol = ds.simulate(ball, y0, ts, solver=ds.RK4(), dt=dt, throw=False,
+                          events=landing if with_event else None)  # fmt: skip
+        return sol.event_time if with_event else sol.ys[-1, 0]
+
+    return jax.jit(jax.vmap(one))
+
+
+def events_section(members: int, quick: bool):
+    horizon, dt = (0.2, 1e-3) if quick else (2.0, 1e-3)
+    g = 9.81
+    late, early = 0.95 * horizon, 0.095 * horizon
+    patterns = {
+        f"aligned, landing at {late:g} s": np.full(members, late),
+        f"straggling: all at {early:g} s, one at {late:g} s": np.where(
+            np.arange(members) == 0, late, early
+        ),
+        f"aligned, landing at {early:g} s": np.full(members, early),
+    }
+    runners = {
+        "terminal event (early exit)": make_landing(True, horizon, dt),
+        "no event, to the horizon": make_landing(False, horizon, dt),
+    }
+    heights0 = jnp.asarray(0.5 * g * patterns[next(iter(patterns))] ** 2, jnp.float32)
+    print(f"\nterminal events: {members} falling balls, RK4 dt = {dt:g} s, horizon {horizon:g} s "
+          f"({round(horizon / dt)} steps), float32")  # fmt: skip
+    compiled = {}
+    for name, runner in runners.items():
+        seconds, compiled[name] = compile_seconds(runner, heights0)
+        print(f"compile {name}: {seconds:.2f} s")
+    rows = []
+    for pattern, landing in patterns.items():
+        heights = jnp.asarray(0.5 * g * landing**2, jnp.float32)
+        times = {
+            name: run_seconds(compiled[name], heights, repeats=1 if quick else 5)
+            for name in runners
+        }
+        located = np.asarray(compiled["terminal event (early exit)"](heights))
+        assert np.allclose(located, landing, rtol=1e-4), "event times must be the landing times"
+        event_ms, full_ms = (1e3 * t for t in times.values())
+        rows.append([pattern, f"{event_ms:.1f}", f"{full_ms:.1f}", f"{full_ms / event_ms:.2f}"])
+    print()
+    print(table(rows, ["landing pattern", "terminal event ms", "to horizon ms", "horizon / event"]))
 
 
 if __name__ == "__main__":

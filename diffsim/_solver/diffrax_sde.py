@@ -1,0 +1,93 @@
+"""diffrax's SDE solvers (stochastic Runge–Kutta: ShARK, SRA1, SPaRK, SlowRK, …) stepped by
+diffsim's fixed-step stochastic loop.
+
+Each step hands the diffrax solver a one-step Brownian path holding the step's increment and,
+for solvers that need them, its space-time (H ~ N(0, dt/12)) and space-time-time
+(K ~ N(0, dt/720)) Lévy areas, all drawn from `fold_in(key, step)`. So the path depends on the
+key and the step index only, as for `ds.EulerMaruyama`, and W is the very increment those
+solvers get: `ds.DiffraxSDE(diffrax.Euler())` reproduces `ds.EulerMaruyama()`.
+"""
+
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+
+from .stochastic import AbstractStochasticSolver, brownian_increment
+
+
+class DiffraxSDE(AbstractStochasticSolver):
+    """A diffrax SDE solver as a fixed-step diffsim solver, e.g. `ds.DiffraxSDE(diffrax.ShARK())`
+    (additive noise, strong order 1.5 on additive-noise problems in diffrax's terms).
+
+    Diagonal noise needs a 1-D state (the diffusion becomes a diagonal operator); general noise
+    (diffusion `y.shape + (m,)`) is a matrix times the m increments. The solver's own
+    requirements on the noise (additive, commutative) are the user's to meet, as in diffrax.
+    """
+
+    solver: diffrax.AbstractSolver
+    order: ClassVar[int] = 1
+    evals_per_step: ClassVar[int] = 0  # depends on the wrapped method
+
+    def __init__(self, solver: diffrax.AbstractSolver):
+        if not isinstance(solver, diffrax.AbstractSolver):
+            raise TypeError(f"ds.DiffraxSDE(solver): expected a diffrax solver, got {solver!r}")
+        self.solver = solver
+
+    @property
+    def strong_order(self) -> float:  # type: ignore[override]
+        return float(self.solver.strong_order(None) or 0.5)
+
+    def check_model(self, model, t0, y0) -> None:
+        super().check_model(model, t0, y0)
+        if model.noise == "diagonal" and jnp.ndim(y0) != 1:
+            raise ValueError(
+                f"DiffraxSDE with diagonal noise needs a 1-D state, got shape {jnp.shape(y0)}; "
+                "flatten the state in the model, or use ds.EulerMaruyama / ds.Milstein"
+            )
+
+    def noise(self, key, index, shape, dt):
+        w = brownian_increment(key, index, shape, dt)
+        levy = getattr(self.solver, "minimal_levy_area", diffrax.BrownianIncrement)
+        if not issubclass(levy, diffrax.AbstractSpaceTimeLevyArea):
+            return diffrax.BrownianIncrement(dt=dt, W=w)
+        step_key = jax.random.fold_in(key, index)
+        h = jnp.sqrt(dt / 12) * jax.random.normal(jax.random.fold_in(step_key, 1), shape, w.dtype)
+        if not issubclass(levy, diffrax.AbstractSpaceTimeTimeLevyArea):
+            return diffrax.SpaceTimeLevyArea(dt=dt, W=w, H=h)
+        k = jnp.sqrt(dt / 720) * jax.random.normal(jax.random.fold_in(step_key, 2), shape, w.dtype)
+        return diffrax.SpaceTimeTimeLevyArea(dt=dt, W=w, H=h, K=k)
+
+    def step(self, model, t, y, dt, dw):
+        path = _OneStep(t, t + dt, dw)
+        if model.noise == "diagonal":
+
+            def diffusion(t, y, args):
+                return lx.DiagonalLinearOperator(model.diffusion(t, y))
+        else:
+
+            def diffusion(t, y, args):
+                return model.diffusion(t, y)
+
+        terms = diffrax.MultiTerm(
+            diffrax.ODETerm(lambda t, y, args: model.drift(t, y)),
+            diffrax.ControlTerm(diffusion, path),
+        )
+        state = self.solver.init(terms, t, t + dt, y, None)
+        y1, *_ = self.solver.step(terms, t, t + dt, y, None, state, made_jump=False)
+        return y1
+
+
+class _OneStep(diffrax.AbstractBrownianPath):
+    """The Brownian path over one step, known only through its increment (and Lévy areas)."""
+
+    t0: jax.Array
+    t1: jax.Array
+    increment: diffrax.AbstractBrownianIncrement
+    levy_area: type = eqx.field(static=True, default=diffrax.BrownianIncrement)
+
+    def evaluate(self, t0, t1=None, left=True, use_levy=False):
+        return self.increment if use_levy else self.increment.W
