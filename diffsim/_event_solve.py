@@ -51,7 +51,9 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
 
     def grid_time(j):
-        i = jnp.clip(jnp.searchsorted(ends, j, side="left"), 0, n_intervals - 1).astype(jnp.int32)
+        i = jnp.clip(
+            jnp.searchsorted(ends, j, side="left", method="compare_all"), 0, n_intervals - 1
+        ).astype(jnp.int32)
         k = j - (ends[i] - counts[i])
         inside = ts[i] + k.astype(dtype) * ((ts[i + 1] - ts[i]) / counts[i].astype(dtype))
         return jnp.where(k >= counts[i], ts[i + 1], inside), i, k >= counts[i]
@@ -88,10 +90,12 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             & (e.terminal | (e.reset is not None) | (counts_now[i] < e.max_events))
             for i, e in enumerate(events)
         ]
-        any_hit = jnp.any(jnp.stack(hits))
+        live = ~c["done"]
+        any_hit = jnp.any(jnp.stack(hits)) & live
 
         def no_event():
-            return dict(t=target, y=y1, g=g1, which=jnp.array(0, jnp.int32), t_ev=target, y_ev=y1)
+            plain = dict(t=target, y=y1, g=g1, which=jnp.array(0, jnp.int32), t_ev=target, y_ev=y1)
+            return plain, c["records"]
 
         def event():
             which, t_ev, y_ev = _locate(model, events, c["t"], c["y"], h, y1, c["g"], g1, hits)
@@ -104,41 +108,48 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             g_next = tuple(restart_value(e, model, t_ev, y_next, time_scale) for e in events)
             out = dict(t=t_ev, y=y_next, g=g_next, which=which, t_ev=t_ev, y_ev=y_ev)
             # batch members without a crossing keep their plain step
-            return jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), out, no_event())
+            out = jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), out, no_event()[0])
+            over = any_hit & resets[which] & (counts_now[which] >= limits[which])
+            records = c["records"].add(which, any_hit & ~over, t_ev, y_ev, events)
+            return out, records
 
-        new = lax.cond(eqxi.unvmap_any(any_hit), event, no_event)
+        # the root finding, and the writes into the records (scatters under vmap), only run on
+        # steps where some member crossed
+        new, records = lax.cond(eqxi.unvmap_any(any_hit), event, no_event)
         which = new["which"]
         over_limit = any_hit & resets[which] & (counts_now[which] >= limits[which])
-        records = c["records"].add(which, any_hit & ~over_limit, new["t_ev"], new["y_ev"], events)
         # past its limit a reset event stops the trajectory where it happened, not reset
         y_next = jax.tree.map(lambda a, b: jnp.where(over_limit, a, b), new["y_ev"], new["y"])
         j_next = jnp.where(any_hit, c["j"], c["j"] + 1)
-        save = ~any_hit & is_output
-        ys = jax.tree.map(
-            lambda buf, x: buf.at[interval + 1].set(jnp.where(save, x, buf[interval + 1])),
+        save = ~any_hit & is_output & live
+        ys = lax.cond(
+            eqxi.unvmap_any(save),
+            lambda ys: jax.tree.map(
+                lambda buf, x: buf.at[interval + 1].set(jnp.where(save, x, buf[interval + 1])),
+                ys,
+                y1,
+            ),
+            lambda ys: ys,
             c["ys"],
-            y1,
         )
         stopped = any_hit & (terminal[which] | over_limit)
-        return dict(
+        small = dict(
             t=new["t"],
             y=y_next,
             j=j_next,
             g=new["g"],
-            records=records,
             done=stopped | (j_next >= total),
             code=jnp.where(over_limit, RESULTS.event_limit_reached, c["code"]).astype(jnp.int32),
-            ys=ys,
             last_saved=jnp.where(save, interval + 1, c["last_saved"]).astype(jnp.int32),
             steps=c["steps"] + 1,
         )
+        # a finished member keeps its state; the buffers are only written where live, so they
+        # are updated in place rather than selected whole
+        small = jax.tree.map(lambda a, b: jnp.where(live, a, b), small, {k: c[k] for k in small})
+        return dict(small, records=records, ys=ys)
 
     def iteration(_, c):
-        def active():
-            new = body(c)
-            return jax.tree.map(lambda a, b: jnp.where(c["done"], b, a), new, c)
-
-        return lax.cond(eqxi.unvmap_any(~c["done"]), active, lambda: c)
+        return lax.cond(eqxi.unvmap_any(~c["done"]), body, lambda c: c, c)
 
     bound = loop_bound(events, grid_steps)
     final = advance(iteration, init, bound, block)

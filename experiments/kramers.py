@@ -128,7 +128,7 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
     axis.semilogy(order * kramers, np.exp(-kramers * order), "k--", lw=1, label="exp(−k t)")
     axis.set_xlabel("first-passage time × Kramers rate")
     axis.set_ylabel("fraction not yet crossed")
-    axis.set_title(f"ΔU/k_BT = {ratio:.0f}", fontsize=10)
+    axis.set_title(f"$\\Delta U / k_BT$ = {ratio:.0f}: {times.size} paths", fontsize=10)
     axis.legend(fontsize=8)
     fig.tight_layout()
     files += _output.figure(fig, out, "kramers_survival")
