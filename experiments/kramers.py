@@ -50,7 +50,7 @@ def first_passages(model, solver, keys, horizon_steps, *, max_steps: int):
         def step(k, state):
             y, i = state
             dw = ds.brownian_increment(k, 0, y.shape, DT)
-            return solver.step(model, i * DT, y, DT, dw), i + 1
+            return solver.step(model, i.astype(y.dtype) * DT, y, DT, dw), i + 1
 
         def stop(state):
             y, i = state
@@ -58,7 +58,7 @@ def first_passages(model, solver, keys, horizon_steps, *, max_steps: int):
 
         out = ds.iterate(step, start, path_key, stop=stop, max_steps=max_steps)
         y, steps = out.state
-        return steps * DT, y[0] >= 1.0
+        return steps.astype(y.dtype) * DT, y[0] >= 1.0
 
     return jax.vmap(one)(keys)
 

@@ -86,6 +86,7 @@ def test_gradient_benchmark_smoke():
     assert "hessian / grad" in out and "XLA temp MiB" in out
 
 
+@pytest.mark.slow  # the sweep itself is tested in test_sweep.py; this keeps the script running
 def test_sweep_benchmark_smoke():
     out = _quick_benchmark("sweep.py")
     assert "ds.sweep + zarr store" in out and ">= 2x diffrax members/s" in out

@@ -25,8 +25,18 @@ def _tolerance(dtype, solver=None):
     return 300 * float(jnp.finfo(dtype).eps)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("name", list(MODEL_CASES))
+# Robertson in float32 (Kvaerno5, ~25 s to compile) is a slow extra; float64 runs by default
+_MODEL_DTYPES = [
+    pytest.param(
+        name, dtype, id=f"{name}-{label}",
+        marks=[pytest.mark.slow] if (name, label) == ("Robertson", "f32") else [],
+    )
+    for name in MODEL_CASES
+    for dtype, label in ((jnp.float32, "f32"), (jnp.float64, "f64"))
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, dtype", _MODEL_DTYPES)
 def test_every_model_under_jit_and_vmap(name, dtype):
     model, y0, solver, dt = MODEL_CASES[name]
     y0 = jax.tree.map(lambda x: x.astype(dtype), y0)

@@ -141,7 +141,8 @@ def test_vmap_of_grad_equals_grad_of_vmap(solver):
     np.testing.assert_allclose(per_member, of_sum, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("checkpoint", ["auto", None, 7])
+# an explicit block size runs the same blocked loop as "auto" with another length: a slow extra
+@pytest.mark.parametrize("checkpoint", ["auto", None, pytest.param(7, marks=pytest.mark.slow)])
 def test_checkpointing_does_not_change_derivatives(checkpoint):
     model = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.1)
     ts = jnp.array([0.0, 0.3, 2.0])  # uneven intervals: 30 and 170 steps of 0.01
@@ -189,30 +190,39 @@ def test_option_errors():
         ds.simulate(model, jnp.ones(2), ts, solver=ds.Tsit5(), checkpoint=10)
 
 
-def test_second_derivatives_of_hamiltonian_and_lagrangian_parameters():
-    # Equations of motion from jax.grad (Kepler) and jax.hessian (double pendulum) are themselves
-    # differentiated twice with respect to the parameters; checked against finite differences.
-    kepler_ts, pendulum_ts = jnp.array([0.0, 2.0]), jnp.array([0.0, 1.0])  # constants of the jit
+def _kepler_loss(mu):
+    model = models.Kepler(mu=mu)
+    ts = jnp.array([0.0, 2.0])
+    ys = ds.simulate(model, model.initial_state(0.3), ts, solver=ds.Yoshida4(), dt=0.01).ys
+    return jnp.sum(ys[-1] ** 2)
 
-    def kepler_loss(mu):
-        model = models.Kepler(mu=mu)
-        ys = ds.simulate(
-            model, model.initial_state(0.3), kepler_ts, solver=ds.Yoshida4(), dt=0.01
-        ).ys
-        return jnp.sum(ys[-1] ** 2)
 
-    def pendulum_loss(length2):
-        model = models.DoublePendulum(length2=length2)
-        y0 = jnp.array([[0.5, 0.2], [0.0, 0.0]])
-        return jnp.sum(ds.simulate(model, y0, pendulum_ts, solver=ds.RK4(), dt=0.01).ys[-1] ** 2)
+def _pendulum_loss(length2):
+    model = models.DoublePendulum(length2=length2)
+    y0 = jnp.array([[0.5, 0.2], [0.0, 0.0]])
+    ts = jnp.array([0.0, 1.0])
+    return jnp.sum(ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.01).ys[-1] ** 2)
 
-    for loss, x in [(kepler_loss, jnp.asarray(1.2)), (pendulum_loss, jnp.asarray(0.8))]:
-        value, grad = jax.jit(loss), jax.jit(jax.grad(loss))
-        h = 1e-4  # central difference of the exact gradient; truncation ~h^2 ~ 1e-8 relative
-        fd = (grad(x + h) - grad(x - h)) / (2 * h)
-        np.testing.assert_allclose(jax.jit(jax.hessian(loss))(x), fd, rtol=1e-6)
-        fd1 = (value(x + h) - value(x - h)) / (2 * h)
-        np.testing.assert_allclose(grad(x), fd1, rtol=1e-6)
+
+# Equations of motion from jax.grad (Kepler) and jax.hessian (double pendulum) are themselves
+# differentiated twice with respect to the parameters; checked against finite differences. The
+# Lagrangian case (~20 s to compile the Hessian of nested Hessians) is a slow extra.
+@pytest.mark.parametrize(
+    "loss, x",
+    [(_kepler_loss, 1.2), pytest.param(_pendulum_loss, 0.8, marks=pytest.mark.slow)],
+    ids=["hamiltonian", "lagrangian"],
+)
+def test_second_derivatives_of_hamiltonian_and_lagrangian_parameters(loss, x):
+    _check_second_derivative(loss, jnp.asarray(x))
+
+
+def _check_second_derivative(loss, x):
+    value, grad = jax.jit(loss), jax.jit(jax.grad(loss))
+    h = 1e-4  # central difference of the exact gradient; truncation ~h^2 ~ 1e-8 relative
+    fd = (grad(x + h) - grad(x - h)) / (2 * h)
+    np.testing.assert_allclose(jax.jit(jax.hessian(loss))(x), fd, rtol=1e-6)
+    fd1 = (value(x + h) - value(x - h)) / (2 * h)
+    np.testing.assert_allclose(grad(x), fd1, rtol=1e-6)
 
 
 def test_nbody_gradient_finite_at_close_approach():

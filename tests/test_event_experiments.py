@@ -26,7 +26,7 @@ def test_bouncing_ball_experiment(tmp_path):
     assert all(record["within_3_se"].values())
     # the implicit derivative of an impact time against central differences (h = 1e-6: the
     # truncation error ~ h² t''' is far below 1e-7 relative)
-    assert abs(record["d_t3_d_e_implicit"] / record["d_t3_d_e_central"] - 1) < 1e-7
+    assert abs(record["d_t2_d_e_implicit"] / record["d_t2_d_e_central"] - 1) < 1e-7
     # 3 mm noise: the estimated noise level must come out near it (151 or 91 residuals)
     assert 0.0022 < record["noise_sd_estimated"] < 0.0038
 
