@@ -68,11 +68,13 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
         sol = ds.simulate(ball, y0, ts, solver=ds.RK4(), dt=dt, events=impacts(ball))
         return sol.event_time[1]
 
-    e = TRUTH["restitution"]
-    derivative = float(jax.grad(second_impact)(e))
-    step = 1e-6
-    central = float((second_impact(e + step) - second_impact(e - step)) / (2 * step))
-    print(f"d t2 / d e: {derivative:.9f} (implicit), {central:.9f} (central differences)")
+    derivative = central = None
+    if not quick:  # the quick run's tests check this derivative against the closed form
+        e = TRUTH["restitution"]
+        derivative = float(jax.grad(second_impact)(e))
+        step = 1e-6
+        central = float((second_impact(e + step) - second_impact(e - step)) / (2 * step))
+        print(f"d t2 / d e: {derivative:.9f} (implicit), {central:.9f} (central differences)")
 
     estimates = {
         "restitution": float(result.params["restitution"]),

@@ -24,10 +24,9 @@ def test_bouncing_ball_experiment(tmp_path):
     _check_files(record, tmp_path)
     assert record["converged"]
     assert all(record["within_3_se"].values())
-    # the implicit derivative of an impact time against central differences (h = 1e-6: the
-    # truncation error ~ h² t''' is far below 1e-7 relative)
-    assert abs(record["d_t2_d_e_implicit"] / record["d_t2_d_e_central"] - 1) < 1e-7
-    # 3 mm noise: the estimated noise level must come out near it (151 or 91 residuals)
+    # (test_events.py checks the derivatives of impact times through resets against the
+    # closed form; the full run adds central differences on this drag model)
+    # 3 mm noise: the estimated noise level must come out near it (91 residuals)
     assert 0.0022 < record["noise_sd_estimated"] < 0.0038
 
 
@@ -37,7 +36,7 @@ def test_kramers_experiment(tmp_path):
     for row in record["rows"]:
         assert row["crossings"] > 0.9 * row["members"]  # horizon 4/k: ~2% censored
         if row["solver"] == "BAOAB":
-            # Kramers' formula is asymptotic in ΔU/kT; at 2–3 the measured rates of reaching
-            # the far well are 70–90% of it (the full run shows the approach: 0.86 at 3, 0.91
-            # at 4, …); 200 paths give ±7%
-            assert 0.6 < row["ratio_to_kramers"] < 1.1
+            # Kramers' formula is asymptotic in ΔU/kT; at 3 the measured rate of reaching the
+            # far well is 86% of it (1000 paths; the full run shows the approach: 0.91 at 4,
+            # 0.98 at 6); 200 paths give ±7%, so 0.65–1.05 is a 3-SE band
+            assert 0.65 < row["ratio_to_kramers"] < 1.05
