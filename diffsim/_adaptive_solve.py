@@ -17,7 +17,7 @@ from jax import lax
 
 from ._events import evaluate, Records, restart_value
 from ._results import RESULTS
-from ._solve_common import guard_inputs, mask_invalid, nonfinite_code
+from ._solve_common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
 
 
 def _prepare(solver, model, y0, ts, dt0):
@@ -137,7 +137,7 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         after_start = jnp.where(index == 0, ts >= c["t"], ts > c["t"])
         take = active & after_start & (ts <= t_final) & ~c["filled"]
         ys = jax.tree.map(
-            lambda buf, seg: jnp.where(_expand(take, buf), seg, buf), c["ys"], out["ys"]
+            lambda buf, seg: jnp.where(leading_mask(take, buf), seg, buf), c["ys"], out["ys"]
         )
         over_limit = fired & resets[which] & (counts[which] >= limits[which])
         records = c["records"].add(which, fired & ~over_limit, t_final, y_final, events)
@@ -174,25 +174,10 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         final, _ = lax.scan(segment, init, jnp.arange(segments, dtype=jnp.int32))
     reached = final["filled"]
     ys = final["ys"]
-    finite = jnp.all(
-        jnp.stack(
-            [
-                jnp.all(jnp.where(_expand(reached, y), jnp.isfinite(y), True))
-                for y in jax.tree.leaves(ys)
-            ]
-        )
-    )
-    code = jnp.where(
-        (final["code"] == RESULTS.successful) & ~finite, RESULTS.nonfinite_state, final["code"]
-    )
-    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+    result = events_result(valid, ys, reached, final["code"])
     stats = _stats(inner, final["accepted"], final["rejected"])
     stats["num_events"] = jnp.sum(final["records"].counts, dtype=jnp.int32)
     return mask_invalid(valid, ys), reached & valid, final["records"], stats, result
-
-
-def _expand(mask, y):
-    return mask.reshape(mask.shape + (1,) * (y.ndim - 1))
 
 
 def _diffeqsolve(

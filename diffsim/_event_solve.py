@@ -21,7 +21,7 @@ from jax import lax
 
 from ._events import crossed, evaluate, Records, restart_value
 from ._results import RESULTS
-from ._solve_common import advance, guard_inputs, mask_invalid
+from ._solve_common import advance, events_result, guard_inputs, mask_invalid
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
 # superlinearly, so this reaches round-off on any step in double precision.
@@ -155,16 +155,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     final = advance(iteration, init, bound, block)
     reached = jnp.arange(ts.shape[0], dtype=jnp.int32) <= final["last_saved"]
     ys = final["ys"]
-    finite = jnp.all(
-        jnp.stack(
-            [
-                jnp.all(jnp.where(_expand(reached, y), jnp.isfinite(y), True))
-                for y in jax.tree.leaves(ys)
-            ]
-        )
-    )
-    code = jnp.where(finite, final["code"], RESULTS.nonfinite_state)
-    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+    result = events_result(valid, ys, reached, final["code"])
     num_events = jnp.sum(final["records"].counts, dtype=jnp.int32)
     stats = {
         "num_steps": final["steps"],
@@ -174,10 +165,6 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
         "num_events": num_events,
     }
     return mask_invalid(valid, ys), reached & valid, final["records"], stats, result
-
-
-def _expand(mask, y):
-    return mask.reshape(mask.shape + (1,) * (y.ndim - 1))
 
 
 def _hermite(theta, h, y0, f0, y1, f1):

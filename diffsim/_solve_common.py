@@ -58,3 +58,23 @@ def advance(one_step, y, steps: int, block: int | None):
 def nonfinite_code(ys):
     finite = all_finite(ys)
     return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state)
+
+
+def leading_mask(mask, y):
+    """A mask over the leading (time) axis of `y`, shaped to broadcast against it."""
+    return mask.reshape(mask.shape + (1,) * (y.ndim - 1))
+
+
+def events_result(valid, ys, reached, code):
+    """The result code of a solve with events: states count as non-finite only at output times
+    that were reached (later ones are NaN by design), and a failure already coded stands."""
+    finite = jnp.all(
+        jnp.stack(
+            [
+                jnp.all(jnp.where(leading_mask(reached, y), jnp.isfinite(y), True))
+                for y in jax.tree.leaves(ys)
+            ]
+        )
+    )
+    code = jnp.where((code == RESULTS.successful) & ~finite, RESULTS.nonfinite_state, code)
+    return jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)

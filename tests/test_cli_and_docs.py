@@ -75,6 +75,7 @@ def _quick_benchmark(name: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
 
 
+@pytest.mark.slow  # keeps the script running; the solves it times are tested elsewhere
 def test_fixed_step_benchmark_smoke():
     out = _quick_benchmark("fixed_step.py")
     assert "hand-written vmap(scan)" in out and "compile within 1.2x" in out

@@ -66,7 +66,15 @@ def test_every_model_under_jit_and_vmap(name, dtype):
     assert not np.allclose(one_by_one[0].ys, one_by_one[1].ys)  # the parameter did take effect
 
 
-@pytest.mark.parametrize("solver", ALL_SOLVERS, ids=solver_id)
+# Dopri5 and Dopri8 take Tsit5's code path (explicit diffrax solver): slow extras
+@pytest.mark.parametrize(
+    "solver",
+    [
+        pytest.param(s, marks=pytest.mark.slow) if isinstance(s, (ds.Dopri5, ds.Dopri8)) else s
+        for s in ALL_SOLVERS
+    ],
+    ids=solver_id,
+)
 def test_every_solver_under_jit_vmap_and_new_values(solver):
     model = models.HarmonicOscillator(omega=2.0)
     ts = jnp.linspace(0.0, 1.0, 6)

@@ -68,9 +68,21 @@ SOLVERS = [
 TSIT5, KVAERNO5 = SOLVERS[-4], SOLVERS[-1]
 # Dopri5 and Dopri8 take the same code path as Tsit5 (explicit diffrax solver, same adjoint) and
 # each costs ~50 s of compilation here: they run with the slow extras (pytest -m slow).
+# The Runge–Kutta tableaus other than RK4 (Euler, Heun, Midpoint, Ralston, RK38) run the same
+# `AbstractRungeKutta.step` and SymplecticEuler the same splitting code as Leapfrog/Yoshida4:
+# by default RK4, the higher-order splittings and the adaptive solvers run, the rest (~75 s of
+# compilation) with the slow extras.
+_SLOW_DERIVATIVES = (ds.Dopri5, ds.Dopri8, ds.Euler, ds.Heun, ds.Midpoint, ds.Ralston, ds.RK38,
+                     ds.SymplecticEuler)  # fmt: skip
 SOLVER_PARAMS = [
-    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, (ds.Dopri5, ds.Dopri8)) else s
+    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, _SLOW_DERIVATIVES) else s
     for s in SOLVERS
+]
+# The adaptive Hessian (forward over the DirectAdjoint reverse mode) runs by default for
+# Kvaerno5; Tsit5's takes the same path (~26 s): a slow extra.
+HESSIAN_PARAMS = [
+    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, ds.Tsit5) else s
+    for s in SOLVER_PARAMS
 ]
 # Kvaerno5's first derivatives (~40 s to compile) are slow extras too; its Hessian, forward over
 # reverse mode, runs by default and exercises both modes of the implicit solve.
@@ -101,7 +113,7 @@ def test_first_derivatives_every_transformation(solver):
     np.testing.assert_allclose(loss_value, jnp.sum(value**2), rtol=1e-12)
 
 
-@pytest.mark.parametrize("solver", SOLVER_PARAMS, ids=solver_id)
+@pytest.mark.parametrize("solver", HESSIAN_PARAMS, ids=solver_id)
 def test_hessian_every_solver(solver):
     outputs, exact = _outputs(solver)
 
