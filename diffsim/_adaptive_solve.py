@@ -165,8 +165,7 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
             accepted=c["accepted"] + jnp.where(active, out["accepted"], 0),
             rejected=c["rejected"] + jnp.where(active, out["rejected"], 0),
         )
-        keep = {k: v for k, v in c.items()}
-        return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, keep), None
+        return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, c), None
 
     if segments == 1:  # terminal events only: no loop over segments to compile
         final, _ = segment(init, jnp.array(0, jnp.int32))

@@ -85,3 +85,15 @@ def first_parameter(model):
         if hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating):
             return field.name
     raise AssertionError(f"{type(model).__name__} has no floating parameter")
+
+
+def load_experiment(name):
+    """Import `experiments/<name>.py` as a module (the folder is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

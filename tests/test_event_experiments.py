@@ -1,16 +1,10 @@
 """The events and stochastic experiments (quick runs)."""
 
-import importlib.util
 from pathlib import Path
 
+from helpers import load_experiment
+
 ROOT = Path(__file__).parent.parent
-
-
-def _experiment(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _check_files(record, out):
@@ -20,7 +14,7 @@ def _check_files(record, out):
 
 
 def test_bouncing_ball_experiment(tmp_path):
-    record = _experiment("bouncing_ball").run(tmp_path, quick=True)
+    record = load_experiment("bouncing_ball").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     assert record["converged"]
     assert all(record["within_3_se"].values())
@@ -31,7 +25,7 @@ def test_bouncing_ball_experiment(tmp_path):
 
 
 def test_kramers_experiment(tmp_path):
-    record = _experiment("kramers").run(tmp_path, quick=True)
+    record = load_experiment("kramers").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     for row in record["rows"]:
         assert row["crossings"] > 0.9 * row["members"]  # horizon 4/k: ~2% censored

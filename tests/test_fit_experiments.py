@@ -1,21 +1,14 @@
 """The fitting experiments (quick runs), the `diffsim fit` command and the fit benchmark's smoke."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_experiment
 
 ROOT = Path(__file__).parent.parent
-
-
-def _experiment(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _check_files(record, out):
@@ -26,7 +19,7 @@ def _check_files(record, out):
 # test_fit.py checks the same fit and profile; the full run of the script is the extra here
 @pytest.mark.slow
 def test_fit_pendulum_experiment(tmp_path):
-    record = _experiment("fit_pendulum").run(tmp_path, quick=True)
+    record = load_experiment("fit_pendulum").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     for name, value in record["truth"].items():
         assert abs(record["params"][name] - value) < 3 * record["stderr"][name]
@@ -35,7 +28,7 @@ def test_fit_pendulum_experiment(tmp_path):
 
 
 def test_fit_oscillator_target_experiment(tmp_path):
-    record = _experiment("fit_oscillator_target").run(tmp_path, quick=True)
+    record = load_experiment("fit_oscillator_target").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     # RK4 with dt = 1e-3 over 1 s: global error ~ (ωdt)^4 ~ 1e-11 against the closed form
     assert max(record["errors"].values()) < 1e-8
@@ -45,7 +38,7 @@ def test_fit_oscillator_target_experiment(tmp_path):
 # published values; the script adds the profiles and figures
 @pytest.mark.slow
 def test_fit_lynx_hare_experiment(tmp_path):
-    record = _experiment("fit_lynx_hare").run(tmp_path, quick=True)
+    record = load_experiment("fit_lynx_hare").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     for name, value in record["published"].items():
         assert abs(record["params"][name] - value) < record["stderr"][name]
@@ -54,7 +47,7 @@ def test_fit_lynx_hare_experiment(tmp_path):
 # test_fit.py checks single against multiple shooting on the same data; the script adds the figure
 @pytest.mark.slow
 def test_fit_lorenz_experiment(tmp_path):
-    record = _experiment("fit_lorenz").run(tmp_path, quick=True)
+    record = load_experiment("fit_lorenz").run(tmp_path, quick=True)
     _check_files(record, tmp_path)
     assert record["single_shooting"]["loss"] > 50 * record["multiple_shooting"]["loss"]
     for name, value in record["truth"].items():
