@@ -156,33 +156,17 @@ class FitResult:
             seconds=self.seconds,
         )
 
+    @property
+    def log_loss(self) -> bool:
+        """Whether residuals are differences of logarithms (`ds.fit(..., log_loss=True)`)."""
+        return bool(self._settings["log_loss"])
+
     def plot(self, *, points: int = 400):
         """Data, the fitted curve and the residuals, one column per observable; returns the
-        matplotlib figure."""
-        import matplotlib.pyplot as plt
+        matplotlib figure (`ds.plot.fit`)."""
+        from ._plot import fit
 
-        ts, curve = self.curve(points)
-        data = self.data
-        values = data.values.reshape(len(data.ts), -1)
-        residuals = self.residuals.reshape(len(data.ts), -1)
-        m = values.shape[1]
-        names = data.names or tuple(f"observable {i}" for i in range(m))
-        fig, axes = plt.subplots(
-            2, m, figsize=(4.2 * m, 4.8), sharex=True, squeeze=False,
-            gridspec_kw=dict(height_ratios=[3, 1]),
-        )
-        for j in range(m):
-            top, bottom = axes[0, j], axes[1, j]
-            top.plot(data.ts, values[:, j], "o", ms=3.5, color="0.25", label="data")
-            top.plot(ts, curve[:, j], "-", color="C0", label="fit")
-            top.set_title(names[j])
-            bottom.axhline(0.0, color="0.6", lw=0.8)
-            bottom.plot(data.ts, residuals[:, j], "o", ms=3, color="C3")
-            bottom.set_xlabel("t")
-            bottom.set_ylabel("log residual" if self._settings["log_loss"] else "residual")
-        axes[0, 0].legend(frameon=False)
-        fig.tight_layout()
-        return fig
+        return fit(self, points=points)
 
     def curve(self, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
         """The fitted model's observables on a fine grid from t0 to the last data time:

@@ -68,7 +68,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
         raise ValueError(f"start must be 'guess' or 'fit', got {start!r}")
     flat = values.reshape(values.shape[0], *problem.values.shape)
     missing = np.isnan(flat)
-    if result._settings["log_loss"] and np.any(flat[~missing] <= 0):
+    if result.log_loss and np.any(flat[~missing] <= 0):
         raise ValueError("loss='log' needs positive data, but some values are <= 0")
     dtype = problem.y0.dtype
     # the replicate's own missing values decide what counts (not the original data's)

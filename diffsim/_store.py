@@ -14,12 +14,11 @@ import glob
 import hashlib
 import json
 import os
-import platform
 import shutil
-import subprocess
-from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
+
+from . import _provenance
 
 _PROGRESS = "progress"
 _PACKAGES = ("diffsim", "jax", "jaxlib", "diffrax", "equinox", "numpy", "xarray", "zarr")
@@ -70,39 +69,16 @@ def canonical_json(config: dict) -> str:
 
 def provenance() -> dict:
     """Attributes that say what produced a store: package versions, git commit, machine."""
-    import jax
-
-    versions = {}
-    for package in _PACKAGES:
-        try:
-            versions[package] = version(package)
-        except PackageNotFoundError:
-            versions[package] = "not installed"
-    devices = jax.devices()
+    versions = _provenance.package_versions(_PACKAGES)
+    host = _provenance.machine()
     return {
         "package_versions": json.dumps(versions, sort_keys=True),
-        "git_commit": _git_commit(),
-        "python": platform.python_version(),
-        "device_kind": devices[0].device_kind,
-        "device_count": len(devices),
-        "process_count": jax.process_count(),
+        "git_commit": _provenance.git_commit(),
+        "python": host["python"],
+        "device_kind": host["device_kind"],
+        "device_count": host["device_count"],
+        "process_count": host["process_count"],
     }
-
-
-def _git_commit() -> str:
-    """The commit of the git checkout the sweep runs in (`+dirty` with uncommitted changes), or
-    "none" outside one."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "none"
-    return commit + ("+dirty" if dirty else "")
 
 
 def create(path: str, variables: list[Variable], attrs: dict) -> None:

@@ -1,0 +1,262 @@
+"""Figures users draw daily: trajectories, phase portraits, sweep heatmaps, fits with residuals
+and convergence plots; the shared style and byte-stable saving.
+
+Every helper draws into `ax` when given (and returns its figure) or makes a new figure, and
+returns the `matplotlib.figure.Figure`. matplotlib is imported inside the functions, so that
+`import diffsim` does not load it.
+"""
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+STYLE = Path(__file__).parent / "style" / "diffsim.mplstyle"
+
+
+def style():
+    """A context manager applying diffsim's matplotlib style (`STYLE`); `diffsim reproduce`
+    applies it to every experiment. Use `plt.style.use(ds.plot.STYLE)` to apply it for good."""
+    import matplotlib.pyplot as plt
+
+    return plt.style.context(STYLE)
+
+
+def save(fig, out_dir: str | Path, name: str, *, formats: Sequence[str] = ("png", "pdf"),
+         dpi: float | None = None) -> list[str]:  # fmt: skip
+    """Save `fig` as `out_dir/name.<format>` for each format with no creation date or software
+    stamp in the file, so that a rerun writes the same bytes.
+
+    **Arguments:** `fig` a matplotlib figure; `out_dir` a folder (created); `name` the file name
+    without suffix; `formats` any of `png`, `pdf`, `svg`; `dpi` for raster formats (default: the
+    style's `savefig.dpi`).
+
+    **Returns:** the file names written, relative to `out_dir`.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # what each backend would stamp into the file: a date, or a version that changes the bytes
+    # across otherwise identical installs
+    stamps = {
+        "png": {"Software": None},
+        "pdf": {"CreationDate": None, "Producer": None},
+        "svg": {"Date": None},
+    }
+    import matplotlib
+
+    unknown = sorted(set(formats) - set(stamps))
+    if unknown:
+        raise ValueError(f"save: unknown formats {unknown}; choose from {sorted(stamps)}")
+    written = []
+    # SVG ids are random unless salted: salt them with the name (whatever style is active)
+    with matplotlib.rc_context({"svg.hashsalt": name}):
+        for fmt in formats:
+            kwargs = {} if dpi is None or fmt == "pdf" else {"dpi": dpi}
+            fig.savefig(out / f"{name}.{fmt}", format=fmt, metadata=stamps[fmt], **kwargs)
+            written.append(f"{name}.{fmt}")
+    return written
+
+
+def _figure_and_axes(ax, **subplots):
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax.figure, ax
+    return plt.subplots(**subplots)
+
+
+def _states(ys) -> np.ndarray:
+    """A state pytree with a leading time axis → array (times, components), leaves flattened
+    and concatenated in pytree order."""
+    import jax
+
+    leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(ys)]
+    if not leaves:
+        raise ValueError("no states to plot")
+    times = leaves[0].shape[0]
+    return np.concatenate([leaf.reshape(times, -1) for leaf in leaves], axis=1)
+
+
+def _names(names, count: int) -> list[str]:
+    if names is None:
+        return [f"y[{i}]" for i in range(count)]
+    names = list(names)
+    if len(names) != count:
+        raise ValueError(f"got {len(names)} names for {count} state components")
+    return names
+
+
+def trajectory(solution, *, names: Sequence[str] | None = None,
+               components: Sequence[int] | None = None, ax=None, **plot_kwargs):  # fmt: skip
+    """States against time, one line per component.
+
+    **Arguments:** `solution` a `ds.Solution` (its `ts` and `ys`; pytree states are flattened);
+    `names` labels of the flattened components (e.g. `model.state_names`); `components` which
+    of them to draw (default all); `ax` axes to draw into; `plot_kwargs` go to `ax.plot`.
+
+    **Returns:** the figure.
+    """
+    ts = np.asarray(solution.ts)
+    states = _states(solution.ys)
+    labels = _names(names, states.shape[1])
+    fig, ax = _figure_and_axes(ax, figsize=(6.0, 3.6), layout="constrained")
+    for i in range(states.shape[1]) if components is None else components:
+        ax.plot(ts, states[:, i], label=labels[i], **plot_kwargs)
+    ax.set_xlabel("t")
+    ax.legend()
+    return fig
+
+
+def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | None = None,
+                   ax=None, **plot_kwargs):  # fmt: skip
+    """One state component against another.
+
+    **Arguments:** `states` a `ds.Solution`, or states of shape (times, components) for one
+    trajectory or (members, times, components) for several (e.g. from `jax.vmap`); `x`, `y` the
+    components on the axes; `names` labels of the components; `ax` axes to draw into;
+    `plot_kwargs` go to `ax.plot`.
+
+    **Returns:** the figure.
+    """
+    if hasattr(states, "ys") and hasattr(states, "ts"):
+        paths = _states(states.ys)[None]
+    else:
+        paths = np.asarray(states)
+        if paths.ndim == 2:
+            paths = paths[None]
+        if paths.ndim != 3:
+            raise ValueError(
+                "phase_portrait: states must be (times, components) or (members, times, "
+                f"components), got shape {paths.shape}"
+            )
+    labels = _names(names, paths.shape[2])
+    fig, ax = _figure_and_axes(ax, figsize=(4.8, 4.2), layout="constrained")
+    kwargs = {"lw": 0.8, **plot_kwargs}
+    for path in paths:
+        ax.plot(path[:, x], path[:, y], **kwargs)
+    ax.set_xlabel(labels[x])
+    ax.set_ylabel(labels[y])
+    return fig
+
+
+def sweep_heatmap(dataset, variable: str, *, x: str | None = None, y: str | None = None,
+                  select: Mapping | None = None, log: bool = False, ax=None,
+                  **mesh_kwargs):  # fmt: skip
+    """A variable of a `ds.sweep` dataset over two of its parameter axes, as a colour map.
+
+    **Arguments:** `dataset` the `xarray.Dataset` of `ds.sweep`/`ds.open_sweep`; `variable` the
+    name of an output (`"final_state"`, `"max_abs"`, `"result"`, …); `x`, `y` the dimensions on
+    the axes (default: the variable's first two); `select` picks one value of every other
+    dimension (`{"state": "angle"}`, by label); `log` a logarithmic colour scale; `ax` axes to
+    draw into; `mesh_kwargs` go to `pcolormesh`.
+
+    **Returns:** the figure.
+    """
+    import matplotlib.colors
+
+    if variable not in dataset:
+        raise ValueError(f"sweep_heatmap: no variable {variable!r}; the dataset has "
+                         f"{sorted(dataset.data_vars)}")  # fmt: skip
+    field = dataset[variable]
+    if select:
+        unknown = sorted(set(select) - set(field.dims))
+        if unknown:
+            raise ValueError(f"sweep_heatmap: {variable} has no dimensions {unknown}; its "
+                             f"dimensions are {field.dims}")  # fmt: skip
+        field = field.sel(dict(select))
+    dims = list(field.dims)
+    x = dims[0] if x is None else x
+    y = next(d for d in dims if d != x) if y is None else y
+    rest = [d for d in dims if d not in (x, y)]
+    if x not in dims or y not in dims or rest:
+        raise ValueError(
+            f"sweep_heatmap: {variable} has dimensions {tuple(dims)}; choose x and y among them "
+            f"and pick one value of the others with select={{...}} (left over: {rest})"
+        )
+    values = np.asarray(field.transpose(y, x).values, dtype=float)
+    fig, ax = _figure_and_axes(ax, figsize=(5.4, 4.2), layout="constrained")
+    norm = matplotlib.colors.LogNorm() if log else None
+    mesh = ax.pcolormesh(np.asarray(field[x]), np.asarray(field[y]), values, shading="auto",
+                         norm=norm, **mesh_kwargs)  # fmt: skip
+    label = variable + "".join(f", {k}={v}" for k, v in (select or {}).items())
+    fig.colorbar(mesh, ax=ax, label=label)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    return fig
+
+
+def fit(result, *, points: int = 400):
+    """Data, the fitted curve and the residuals of a `ds.FitResult`, one column per observable
+    (residuals below, on the scale of the loss: log residuals for `log_loss` fits).
+
+    **Returns:** the figure (`result.plot()` draws the same).
+    """
+    import matplotlib.pyplot as plt
+
+    ts, curve = result.curve(points)
+    data = result.data
+    values = data.values.reshape(len(data.ts), -1)
+    residuals = result.residuals.reshape(len(data.ts), -1)
+    m = values.shape[1]
+    names = data.names or tuple(f"observable {i}" for i in range(m))
+    fig, axes = plt.subplots(
+        2, m, figsize=(4.2 * m, 4.8), sharex=True, squeeze=False,
+        gridspec_kw=dict(height_ratios=[3, 1]),
+    )  # fmt: skip
+    for j in range(m):
+        top, bottom = axes[0, j], axes[1, j]
+        top.plot(data.ts, values[:, j], "o", ms=3.5, color="0.25", label="data")
+        top.plot(ts, curve[:, j], "-", color="C0", label="fit")
+        top.set_title(names[j])
+        bottom.axhline(0.0, color="0.6", lw=0.8)
+        bottom.plot(data.ts, residuals[:, j], "o", ms=3, color="C3")
+        bottom.set_xlabel("t")
+        bottom.set_ylabel("log residual" if result.log_loss else "residual")
+    axes[0, 0].legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def measured_order(steps, errors) -> float:
+    """The least-squares slope of log(error) against log(step): a method's measured order of
+    accuracy where the errors are in the asymptotic regime (far above round-off)."""
+    steps, errors = np.asarray(steps, float), np.asarray(errors, float)
+    if steps.shape != errors.shape or steps.ndim != 1 or steps.size < 2:
+        raise ValueError(f"measured_order: need two equal-length 1-D arrays of at least two "
+                         f"values, got shapes {steps.shape} and {errors.shape}")  # fmt: skip
+    if not (np.all(steps > 0) and np.all(errors > 0) and np.all(np.isfinite(errors))):
+        raise ValueError("measured_order: steps and errors must be positive and finite")
+    return float(np.polyfit(np.log(steps), np.log(errors), 1)[0])
+
+
+def convergence(steps, errors: Mapping[str, Sequence[float]], *,
+                orders: Mapping[str, float] | None = None, ax=None,
+                xlabel: str = "step size", ylabel: str = "error"):  # fmt: skip
+    """Errors against step size on log-log axes, one line per method, each labelled with its
+    measured order (`measured_order`) and, when `orders` gives it, the nominal one, drawn as a
+    dotted reference slope through the method's smallest-step error.
+
+    **Arguments:** `steps` step sizes, shape (n,); `errors` method name → errors, shape (n,);
+    `orders` method name → nominal order; `ax` axes to draw into; axis labels.
+
+    **Returns:** the figure.
+    """
+    steps = np.asarray(steps, float)
+    orders = dict(orders or {})
+    fig, ax = _figure_and_axes(ax, figsize=(5.8, 4.6), layout="constrained")
+    for index, (name, values) in enumerate(errors.items()):
+        values = np.asarray(values, float)
+        slope = measured_order(steps, values)
+        colour = f"C{index % 10}"
+        label = f"{name}: {slope:.2f}"
+        if name in orders:
+            label += f" (order {orders[name]:g})"
+            anchor = np.argmin(steps)
+            reference = values[anchor] * (steps / steps[anchor]) ** orders[name]
+            ax.loglog(steps, reference, ":", color=colour, lw=0.8)
+        ax.loglog(steps, values, "o-", color=colour, ms=3.5, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(title="measured slope", fontsize=7)
+    return fig
+

@@ -1,0 +1,82 @@
+"""What produced a result: package versions, git commit, machine and devices, file hashes.
+
+Shared by sweep stores (their attributes) and experiment manifests (`manifest.json`).
+"""
+
+import hashlib
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+PACKAGES = (
+    "diffsim", "jax", "jaxlib", "diffrax", "equinox", "optimistix", "optax", "numpy",
+    "matplotlib", "xarray", "zarr", "h5netcdf",
+)  # fmt: skip
+
+
+def package_versions(packages=PACKAGES) -> dict[str, str]:
+    """Installed version of each package, or "not installed"."""
+    versions = {}
+    for package in packages:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def git_commit(folder: str | Path | None = None) -> str:
+    """The commit of the git checkout holding `folder` (default: the working directory), with
+    `+dirty` when tracked files have uncommitted changes; "none" outside a checkout."""
+    where = None if folder is None else str(folder)
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True,
+            cwd=where,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=True, cwd=where,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+    return commit + ("+dirty" if dirty else "")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """The host and JAX's devices: platform, device kind and count, process count, CPU."""
+    import os
+
+    import jax
+
+    devices = jax.devices()
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "device_platform": devices[0].platform,
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "process_count": jax.process_count(),
+    }
+
+
+def sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

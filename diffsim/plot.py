@@ -1,0 +1,14 @@
+"""Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `fit`, `convergence`, each
+returning the matplotlib figure; the shared style (`STYLE`, `style()`) and byte-stable `save`."""
+
+from ._plot import (
+    convergence as convergence,
+    fit as fit,
+    measured_order as measured_order,
+    phase_portrait as phase_portrait,
+    save as save,
+    STYLE as STYLE,
+    style as style,
+    sweep_heatmap as sweep_heatmap,
+    trajectory as trajectory,
+)
