@@ -6,8 +6,9 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import distributed as distributed
+from . import distributed as distributed, plot as plot
 from ._events import Event as Event
+from ._experiment import ExperimentError as ExperimentError, run_experiment as run_experiment
 from ._fit import fit as fit, FitWarning as FitWarning
 from ._fit_data import Data as Data
 from ._fit_result import FitResult as FitResult
@@ -27,6 +28,11 @@ from ._model import (
 from ._parameter import parameter as parameter
 from ._profile import Profile as Profile, profile as profile
 from ._refit import FitBatch as FitBatch, refit as refit
+from ._reproduce import (
+    compare_outputs as compare_outputs,
+    Outcome as Outcome,
+    reproduce as reproduce,
+)
 from ._results import (
     result_message as result_message,
     RESULTS as RESULTS,

@@ -3,6 +3,7 @@
 import argparse
 import platform
 import sys
+import time
 
 
 def _demo(args) -> int:
@@ -107,6 +108,26 @@ def _fit(args) -> int:
     return 0 if result.converged else 1
 
 
+def _reproduce(args) -> int:
+    from ._reproduce import reproduce, succeeded, summary_table
+
+    start = time.perf_counter()
+    try:
+        outcomes = reproduce(
+            args.names, experiments=args.experiments, out=args.out, quick=args.quick,
+            check=args.check, jobs=args.jobs,
+        )  # fmt: skip
+    except (ValueError, FileNotFoundError) as error:
+        print(f"diffsim reproduce: {error}", file=sys.stderr)
+        return 2
+    print(summary_table(outcomes))
+    where = outcomes[0].out_dir.parent if outcomes else args.out
+    verdict = "no change" if args.check and succeeded(outcomes) else ""
+    print(f"outputs in {where}/<experiment>/ (figures, data, manifest.json, log.txt); "
+          f"{time.perf_counter() - start:.0f} s in all" + (f"; {verdict}" if verdict else ""))
+    return 0 if succeeded(outcomes) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="diffsim", description="Differentiable physics and ODE simulation on JAX."
@@ -135,6 +156,24 @@ def main(argv=None) -> int:
     fit.add_argument("config", help="the fit's TOML file (see experiments/fits/)")
     fit.add_argument("--out", help="write the results here instead of the config's out")
     fit.set_defaults(handler=_fit)
+    reproduce = commands.add_parser(
+        "reproduce", help="run the experiments (figures, data, manifests); --check a rerun"
+    )
+    reproduce.add_argument("names", nargs="*", help="experiments to run (default: all)")
+    reproduce.add_argument(
+        "--quick", action="store_true", default=None, help="the reduced runs of the tests and CI"
+    )
+    reproduce.add_argument("--out", help="output folder (default ./out; with --check a new one)")
+    reproduce.add_argument(
+        "--check", metavar="DIR",
+        help="rerun what DIR holds (quick or full, as it was run) and report every figure or "
+        "data file that changed",
+    )  # fmt: skip
+    reproduce.add_argument(
+        "--experiments", default="experiments", help="folder of experiment modules (./experiments)"
+    )
+    reproduce.add_argument("--jobs", type=int, default=1, help="experiments run at once")
+    reproduce.set_defaults(handler=_reproduce)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)

@@ -1,5 +1,10 @@
-"""Writing an experiment's outputs: figures (PNG and PDF, no timestamps), tables, a summary;
-and the command line every experiment script shares."""
+"""What the experiments share: their output folder and pyplot, data files (netCDF via xarray,
+CSV for small tables, a JSON summary) and the command line of each script.
+
+Figures are saved with `ds.plot.save` (PNG and PDF without timestamps); `diffsim reproduce`
+(or `python experiments/<name>.py`) runs `run(out_dir, quick)` under diffsim's plot style and
+writes the manifest beside the outputs.
+"""
 
 import argparse
 import csv
@@ -21,12 +26,11 @@ def prepare(out_dir):
     return out, plt
 
 
-def figure(fig, out: Path, name: str) -> list[str]:
-    """Save `fig` as `name`.png and `name`.pdf without creation dates (byte-stable reruns)."""
-    out = Path(out)
-    fig.savefig(out / f"{name}.png", dpi=130, metadata={"Software": None})
-    fig.savefig(out / f"{name}.pdf", metadata={"CreationDate": None, "Producer": None})
-    return [f"{name}.png", f"{name}.pdf"]
+def dataset(out: Path, name: str, data) -> str:
+    """Write an `xarray.Dataset` as `name`.nc (netCDF4 through h5netcdf: no timestamps in the
+    file, so reruns write the same bytes)."""
+    data.to_netcdf(Path(out) / f"{name}.nc", engine="h5netcdf")
+    return f"{name}.nc"
 
 
 def table(out: Path, name: str, columns: dict) -> str:
@@ -46,10 +50,15 @@ def summary(out: Path, name: str, record: dict) -> str:
     return f"{name}.json"
 
 
-def main(run, doc: str, name: str) -> None:
-    """`python experiments/<name>.py [--out DIR] [--quick]`: parse and call `run(out, quick)`."""
+def main(path: str, doc: str) -> None:
+    """`python experiments/<name>.py [--out DIR] [--quick]`: run the experiment in `path` with
+    its manifest, as `diffsim reproduce <name>` does (there in a process of its own)."""
+    from diffsim._experiment import run_experiment
+
+    name = Path(path).stem
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--out", default=f"out/{name}", help=f"output folder (out/{name})")
     parser.add_argument("--quick", action="store_true", help="the reduced run of the tests")
     args = parser.parse_args()
-    run(args.out, args.quick)
+    manifest = run_experiment(path, args.out, quick=args.quick)
+    print(f"{name}: {len(manifest['files'])} files in {manifest['wall_time_s']:.1f} s → {args.out}")

@@ -34,6 +34,7 @@ NOISE = 0.003  # m
 FPS = 60
 STEPS_PER_FRAME = 4
 MAX_EVENTS = 24
+SEED = 0
 
 
 def impacts(ball):
@@ -52,7 +53,8 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
     truth = models.BouncingBall(**TRUTH, rest_speed=REST_SPEED)
     y0 = jnp.array([DROP, 0.0])
     clean = ds.simulate(truth, y0, ts, solver=ds.RK4(), dt=dt, events=impacts(truth))
-    values = np.asarray(clean.ys[:, 0]) + NOISE * np.random.default_rng(0).standard_normal(ts.size)
+    noise = NOISE * np.random.default_rng(SEED).standard_normal(ts.size)
+    values = np.asarray(clean.ys[:, 0]) + noise
 
     guess = models.BouncingBall(restitution=0.6, drag=0.02, rest_speed=REST_SPEED)
     result = ds.fit(
@@ -104,7 +106,7 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
     axis.set_ylabel("height (m)")
     for t in np.asarray(fitted_run.event_time[:count]):
         axis.axvline(t, color="0.8", lw=0.6, zorder=0)
-    files = _output.figure(fig, out, "bouncing_ball")
+    files = ds.plot.save(fig, out, "bouncing_ball")
     plt.close("all")
     files.append(
         _output.table(out, "bouncing_ball_data", {"t": ts, "height": values,
@@ -122,10 +124,14 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
         "converged": bool(result.converged),
         "iterations": int(result.iterations),
         "noise_sd_estimated": float(np.sqrt(result.noise_variance)),
-    }
+        "config": dict(truth=TRUTH, rest_speed=REST_SPEED, drop=DROP, noise=NOISE, seed=SEED,
+                       fps=FPS, duration=duration, steps_per_frame=STEPS_PER_FRAME,
+                       max_events=MAX_EVENTS, guess=dict(restitution=0.6, drag=0.02,
+                       drop=1.0), solver="RK4"),
+    }  # fmt: skip
     files.append(_output.summary(out, "bouncing_ball", record))
     return {"files": files, **record}
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "bouncing_ball")
+    _output.main(__file__, __doc__)

@@ -30,6 +30,7 @@ import models  # noqa: E402
 
 TRUTH = {"sigma": 10.0, "rho": 28.0, "beta": 8.0 / 3.0}
 NOISE = 0.5
+SEED = 2
 
 
 def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
@@ -37,7 +38,7 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
     y0 = jnp.array([-8.0, 7.0, 27.0])
     ts = np.linspace(0.0, 2.0, 101)
     clean = np.asarray(ds.simulate(models.Lorenz(**TRUTH), y0, ts, solver=ds.RK4(), dt=0.005).ys)
-    values = clean + NOISE * np.random.default_rng(2).standard_normal(clean.shape)
+    values = clean + NOISE * np.random.default_rng(SEED).standard_normal(clean.shape)
     data = ds.Data(ts, values, names=("x", "y", "z"))
     guess = models.Lorenz(sigma=5.0, rho=15.0, beta=1.0)
     options = dict(params=list(TRUTH), initial_state=True, solver=ds.RK4(), dt=0.005)
@@ -60,20 +61,22 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
     axes[0].legend(frameon=False, fontsize=8, ncol=3)
     axes[-1].set_xlabel("t")
     fig.tight_layout()
-    files = _output.figure(fig, out, "fit_lorenz")
+    files = ds.plot.save(fig, out, "fit_lorenz")
     plt.close(fig)
     record = {
         label.split(" (")[0].replace(" ", "_"): dict(
             params=r.params, stderr=r.stderr, loss=r.loss, converged=r.converged,
             noise_sd=float(np.sqrt(r.noise_variance)), iterations=r.iterations,
-            seconds=r.seconds,
         )
         for label, r in rows
     }
     record["truth"] = TRUTH
+    record["config"] = dict(truth=TRUTH, noise=NOISE, seed=SEED, y0=[-8.0, 7.0, 27.0],
+                            times=[0.0, 2.0, 101], solver="RK4", dt=0.005, segments=10,
+                            guess=dict(sigma=5.0, rho=15.0, beta=1.0))  # fmt: skip
     files.append(_output.summary(out, "fit_lorenz", record))
     return dict(record, files=files)
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "fit_lorenz")
+    _output.main(__file__, __doc__)

@@ -49,7 +49,7 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
         print(f"{name}: {result.params[name]:.4g} ± {result.stderr[name]:.2g} "
               f"(published {value}; {z:+.2f} standard errors)")
 
-    files = _output.figure(result.plot(), out, "fit_lynx_hare")
+    files = ds.plot.save(result.plot(), out, "fit_lynx_hare")
     ts, curve = result.curve(600)
     fig, ax = plt.subplots(figsize=(4.4, 4))
     ax.plot(curve[:, 0], curve[:, 1], "-", color="C0", label="fitted cycle")
@@ -58,7 +58,7 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
     ax.set_ylabel("lynx (thousands)")
     ax.legend(frameon=False)
     fig.tight_layout()
-    files += _output.figure(fig, out, "fit_lynx_hare_phase")
+    files += ds.plot.save(fig, out, "fit_lynx_hare_phase")
     names = ["gamma"] if quick else list(PUBLISHED)
     profiles = {name: ds.profile(result, name, points=9 if quick else 17) for name in names}
     fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
@@ -66,7 +66,7 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
         profile.plot(ax=ax)
         ax.axvline(PUBLISHED[name], color="k", ls=":", lw=0.8)
     fig.tight_layout()
-    files += _output.figure(fig, out, "fit_lynx_hare_profiles")
+    files += ds.plot.save(fig, out, "fit_lynx_hare_profiles")
     plt.close("all")
     files.append(_output.table(out, "fit_lynx_hare_curve", {
         "year": ts, "hare": curve[:, 0], "lynx": curve[:, 1]}))
@@ -74,11 +74,15 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
         params=result.params, stderr=result.stderr, intervals=result.confidence_intervals,
         noise_sd=float(np.sqrt(result.noise_variance)), published=PUBLISHED,
         profile_intervals={n: p.interval for n, p in profiles.items()},
-        converged=result.converged, iterations=result.iterations, seconds=result.seconds,
-    )
+        converged=result.converged, iterations=result.iterations,
+        config=dict(data="data/lynx_hare.csv", guess=dict(alpha=0.5, beta=0.025, gamma=0.8,
+                    delta=0.025), y0=[30.0, 4.0], loss="log",
+                    solver="RK4, dt = 0.02" if quick else "Tsit5, rtol = atol = 1e-8",
+                    profiles=names, profile_points=9 if quick else 17),
+    )  # fmt: skip
     files.append(_output.summary(out, "fit_lynx_hare", record))
     return dict(record, files=files)
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "fit_lynx_hare")
+    _output.main(__file__, __doc__)

@@ -76,16 +76,18 @@ def run(out_dir="out/fit_oscillator_target", quick: bool = False) -> dict:
     ax.set_ylabel("x (m)")
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
-    files = _output.figure(fig, out, "fit_oscillator_target")
+    files = ds.plot.save(fig, out, "fit_oscillator_target")
     plt.close(fig)
     record = dict(
         hit=dict(params=hit.params, exact_v0=float(exact_hit), iterations=hit.iterations),
         rest=dict(params=rest.params, exact=exact_rest.tolist(), iterations=rest.iterations),
         errors=errors,
-    )
+        config=dict(omega=2.0, damping=0.1, T=T, target=TARGET, tolerance=TOLERANCE,
+                    guess_y0=[0.0, 0.5], solver="RK4", dt=0.001),
+    )  # fmt: skip
     files.append(_output.summary(out, "fit_oscillator_target", record))
     return dict(record, files=files)
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "fit_oscillator_target")
+    _output.main(__file__, __doc__)

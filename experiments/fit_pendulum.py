@@ -27,6 +27,7 @@ import models  # noqa: E402
 
 TRUTH = dict(length=1.3, damping=0.25)
 NOISE = 0.05
+SEED = 0
 
 
 def angle(y):
@@ -38,7 +39,7 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
     ts = np.linspace(0.0, 10.0, 101)
     y0 = jnp.array([1.0, 0.0])
     clean = ds.simulate(models.DampedPendulum(**TRUTH), y0, ts, solver=ds.RK4(), dt=0.01).ys[:, 0]
-    values = np.asarray(clean) + NOISE * np.random.default_rng(0).standard_normal(ts.size)
+    values = np.asarray(clean) + NOISE * np.random.default_rng(SEED).standard_normal(ts.size)
     guess = models.DampedPendulum(length=0.8, damping=0.1)
     result = ds.fit(
         guess, y0, ds.Data(ts, values, names=("angle (rad)",)), params=["length", "damping"],
@@ -50,11 +51,11 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
 
     fig = result.plot()
     fig.axes[0].set_title("pendulum angle: data and fit")
-    files = _output.figure(fig, out, "fit_pendulum")
+    files = ds.plot.save(fig, out, "fit_pendulum")
     fig = profile.plot()
     fig.axes[0].axvline(TRUTH["damping"], color="k", lw=0.8, ls=":", label="truth")
     fig.tight_layout()
-    files += _output.figure(fig, out, "fit_pendulum_profile")
+    files += ds.plot.save(fig, out, "fit_pendulum_profile")
     plt.close("all")
     files.append(
         _output.table(out, "fit_pendulum_data", {"t": ts, "angle": values,
@@ -63,11 +64,14 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
     record = dict(
         truth=TRUTH, noise=NOISE, params=result.params, stderr=result.stderr,
         intervals=result.confidence_intervals, profile_interval_damping=profile.interval,
-        converged=result.converged, iterations=result.iterations, seconds=result.seconds,
-    )
+        converged=result.converged, iterations=result.iterations,
+        config=dict(truth=TRUTH, noise=NOISE, seed=SEED, times=[0.0, 10.0, 101], y0=[1.0, 0.0],
+                    guess=dict(length=0.8, damping=0.1), solver="RK4", dt=0.01,
+                    profile_points=9 if quick else 21),
+    )  # fmt: skip
     files.append(_output.summary(out, "fit_pendulum", record))
     return dict(record, files=files)
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "fit_pendulum")
+    _output.main(__file__, __doc__)

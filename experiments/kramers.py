@@ -36,6 +36,7 @@ import models  # noqa: E402
 
 DT = 0.01
 HORIZON = 4.0  # in units of the Kramers time 1/k
+SEED = 0  # barrier i draws its paths from jax.random.key(SEED + i)
 
 
 @eqx.filter_jit
@@ -84,7 +85,7 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
             model = models.Langevin(barrier=1.0, friction=1.0, temperature=1.0 / ratio)
             kramers = float(model.kramers_rate())
             horizon_steps = int(np.ceil(HORIZON / kramers / DT))
-            keys = jax.random.split(jax.random.key(index), members)
+            keys = jax.random.split(jax.random.key(SEED + index), members)
             start = time.perf_counter()
             times, crossed = first_passages(model, solver, keys, horizon_steps,
                                             max_steps=max_steps)  # fmt: skip
@@ -94,7 +95,7 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
             passages[(name, ratio)] = (times, np.asarray(crossed))
             rows.append(dict(solver=name, barrier_over_kT=ratio, kramers_rate=kramers,
                              rate=rate, stderr=error, crossings=count, members=members,
-                             ratio_to_kramers=rate / kramers, seconds=seconds))  # fmt: skip
+                             ratio_to_kramers=rate / kramers))  # fmt: skip
             print(f"{name:15s} ΔU/kT={ratio:.0f}: rate {rate:.3e} ± {error:.1e} "
                   f"(Kramers {kramers:.3e}, ratio {rate / kramers:.3f}), {count}/{members} "
                   f"crossed, {seconds:.1f} s")  # fmt: skip
@@ -116,7 +117,7 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
     axis.set_title(f"double well, γ = 1: {members} paths per point", fontsize=10)
     axis.legend(fontsize=8)
     fig.tight_layout()
-    files = _output.figure(fig, out, "kramers_rate")
+    files = ds.plot.save(fig, out, "kramers_rate")
 
     ratio = max(ratios)
     times, crossed = passages[("BAOAB", ratio)]
@@ -131,13 +132,15 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
     axis.set_title(f"$\\Delta U / k_BT$ = {ratio:.0f}: {times.size} paths", fontsize=10)
     axis.legend(fontsize=8)
     fig.tight_layout()
-    files += _output.figure(fig, out, "kramers_survival")
+    files += ds.plot.save(fig, out, "kramers_survival")
     plt.close("all")
     files.append(_output.table(out, "kramers_rates", {k: [r[k] for r in rows] for k in rows[0]}))
-    record = {"dt": DT, "horizon_in_kramers_times": HORIZON, "rows": rows}
+    config = {"dt": DT, "horizon_in_kramers_times": HORIZON, "barriers_over_kT": ratios,
+              "members": members, "seed": SEED}  # fmt: skip
+    record = {"config": config, "rows": rows}
     files.append(_output.summary(out, "kramers", record))
     return {"files": files, **record}
 
 
 if __name__ == "__main__":
-    _output.main(run, __doc__, "kramers")
+    _output.main(__file__, __doc__)

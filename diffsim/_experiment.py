@@ -1,0 +1,165 @@
+"""One experiment: a Python module with `run(out_dir, quick)`, run once, with its manifest.
+
+The contract of an experiment module (the files in `experiments/` follow it, and so can a
+user's own paper folder):
+
+- its docstring's first line is its title;
+- `run(out_dir, quick: bool = False) -> dict` writes its figures (PNG and PDF, via
+  `ds.plot.save`), the data behind each figure (netCDF or CSV) and any summary into `out_dir`,
+  and returns a dict with `files` (the names it wrote, relative to `out_dir`) and `config`
+  (the settings that decide its numbers, including `seed` where it draws random numbers);
+- `quick=True` is a reduced run (seconds) through the same code paths, for tests and CI;
+- its numbers depend only on its config: fixed seeds, no clocks in its files (timings belong
+  in what it prints, which lands in the log, not in its outputs).
+
+`run_experiment` runs one such module in this process under diffsim's plot style and writes
+`manifest.json` beside the outputs: name, title, config, seed, dtype, package versions, git
+commit, machine and devices, wall time and the SHA-256 of every output file.
+`python -m diffsim._experiment PATH OUT [--quick]` does the same from the shell; `diffsim
+reproduce` runs each experiment that way, in a fresh process.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from . import _provenance
+
+MANIFEST = "manifest.json"
+LOG = "log.txt"
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+class ExperimentError(RuntimeError):
+    """An experiment module broke its contract (no `run`, a bad return value, missing files)."""
+
+
+def load(path: str | Path):
+    """Import an experiment module from its file (experiment folders are not packages)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExperimentError(f"no experiment file {str(path)!r}")
+    spec = importlib.util.spec_from_file_location(f"experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    # the folder first on the path, so that the module's own helpers (`_output`) import
+    folder = str(path.parent.resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "run", None)):
+        raise ExperimentError(f"{path.name} has no function run(out_dir, quick)")
+    return module
+
+
+def title(module) -> str:
+    doc = (module.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def kind(name: str) -> str:
+    """"figure" for images, "data" for everything else an experiment writes."""
+    return "figure" if name.lower().endswith(FIGURE_SUFFIXES) else "data"
+
+
+def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False) -> dict:
+    """Run the experiment module at `path` into `out_dir` and write its `manifest.json`.
+
+    **Arguments:** `path` the module's file; `out_dir` its output folder (created); `quick` the
+    reduced run.
+
+    **Returns:** the manifest (also written to `out_dir/manifest.json`).
+
+    **Raises:** `ExperimentError` when the module breaks the contract (see the module's
+    docstring); whatever `run` raises.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, the same renderer everywhere
+    import jax
+    import matplotlib.pyplot as plt
+
+    from ._plot import style
+
+    path = Path(path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    clock = time.perf_counter()
+    module = load(path)
+    with style():
+        record = module.run(out, quick=quick)
+    plt.close("all")
+    wall = time.perf_counter() - clock
+    files = _check_record(path.name, record, out)
+    config = record.get("config", {})
+    manifest = {
+        "experiment": path.stem,
+        "title": title(module),
+        "quick": bool(quick),
+        "config": config,
+        "seed": config.get("seed") if isinstance(config, dict) else None,
+        "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
+        "git_commit": _provenance.git_commit(path.parent),
+        "packages": _provenance.package_versions(),
+        "machine": _provenance.machine(),
+        "command": f"diffsim reproduce {path.stem}" + (" --quick" if quick else ""),
+        "started": started,
+        "wall_time_s": round(wall, 3),
+        "files": {
+            name: {"kind": kind(name), "bytes": (out / name).stat().st_size,
+                   "sha256": _provenance.sha256(out / name)}
+            for name in files
+        },  # fmt: skip
+    }
+    temporary = out / f".{MANIFEST}.{os.getpid()}"
+    temporary.write_text(json.dumps(manifest, indent=1, default=_plain) + "\n", encoding="utf-8")
+    temporary.replace(out / MANIFEST)  # never a half-written manifest
+    return manifest
+
+
+def _check_record(filename: str, record, out: Path) -> list[str]:
+    if not isinstance(record, dict) or "files" not in record:
+        raise ExperimentError(
+            f"{filename}: run() must return a dict with 'files' (the names it wrote) and "
+            f"'config'; got {type(record).__name__}"
+        )
+    files = list(dict.fromkeys(record["files"]))
+    for name in files:
+        if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ExperimentError(f"{filename}: output names must be relative paths inside the "
+                                  f"output folder, got {name!r}")  # fmt: skip
+        if not (out / name).is_file():
+            raise ExperimentError(f"{filename}: run() listed {name!r} but did not write it")
+    if MANIFEST in files or LOG in files:
+        raise ExperimentError(f"{filename}: {MANIFEST} and {LOG} are the runner's files")
+    return sorted(files)
+
+
+def _plain(value):
+    """JSON for numpy and JAX scalars and arrays in a config."""
+    import numpy as np
+
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else array.tolist()
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m diffsim._experiment",
+                                     description="Run one experiment and write its manifest.")
+    parser.add_argument("path")
+    parser.add_argument("out")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    manifest = run_experiment(args.path, args.out, quick=args.quick)
+    print(f"{manifest['experiment']}: {len(manifest['files'])} files in "
+          f"{manifest['wall_time_s']:.1f} s → {args.out}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""`diffsim reproduce`: run a folder of experiments, each in a fresh process, and check a rerun
+against an earlier output folder file by file.
+
+Each experiment (see `_experiment` for the contract) runs as `python -m diffsim._experiment`
+with its output and log in `out/<name>/`, so that one failure, crash or leak of global state
+(JAX's precision, matplotlib's settings) cannot touch the others, and its wall time is its own.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import _provenance
+from ._experiment import kind, LOG, MANIFEST
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How one experiment went: `status` is "ok" or "failed" (and, when checking, "same",
+    "changed" or "no reference"); `differences` lists what changed against the reference."""
+
+    name: str
+    status: str
+    seconds: float
+    out_dir: Path
+    files: int = 0
+    error: str = ""
+    differences: list[str] = dataclasses.field(default_factory=list)
+
+
+def discover(folder: str | Path) -> dict[str, Path]:
+    """Experiment name → module file: every `*.py` in `folder` not starting with `_`."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"no experiments folder {str(folder)!r}: run from the repository root or pass "
+            "--experiments DIR"
+        )
+    return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
+
+
+def reproduce(names=None, *, experiments: str | Path = "experiments", out: str | Path | None = None,
+              quick: bool | None = None, check: str | Path | None = None, jobs: int = 1,
+              progress: bool = True, stream=None) -> list[Outcome]:  # fmt: skip
+    """Run experiments and, with `check`, compare every output with an earlier run.
+
+    **Arguments:**
+    - `names`: experiments to run (default: all in `experiments`, or with `check` all that the
+      reference folder holds);
+    - `experiments`: the folder of experiment modules;
+    - `out`: where `out/<name>/` goes (default `out`; with `check`, a new temporary folder);
+    - `quick`: the reduced runs (default False; with `check`, what the reference ran);
+    - `check`: an earlier output folder to compare with, file by file (SHA-256; for changed
+      data, the largest numeric difference);
+    - `jobs`: experiments run at once, each in its own process;
+    - `progress`: print a line as each starts and ends (to `stream`, default stderr).
+
+    **Returns:** one `Outcome` per experiment, in the order run.
+    """
+    stream = sys.stderr if stream is None else stream
+    available = discover(experiments)
+    references = _references(check) if check is not None else {}
+    if names:
+        unknown = [n for n in names if n not in available]
+        if unknown:
+            raise ValueError(f"unknown experiments {unknown}; {str(experiments)!r} has "
+                             f"{sorted(available)}")  # fmt: skip
+        chosen = list(dict.fromkeys(names))
+    elif check is not None:
+        chosen = [n for n in references if n in available]
+        if not chosen:
+            raise ValueError(f"{str(check)!r} holds no manifests of experiments in "
+                             f"{str(experiments)!r}")  # fmt: skip
+    else:
+        chosen = list(available)
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    modes = {}
+    for name in chosen:
+        reference = references.get(name)
+        mode = bool(quick) if reference is None else bool(reference["quick"])
+        if reference is not None and quick is not None and bool(quick) != mode:
+            raise ValueError(
+                f"the reference run of {name} in {str(check)!r} was "
+                f"{'quick' if mode else 'full'}; drop --quick or check against a matching run"
+            )
+        modes[name] = mode
+    if out is None:
+        out = tempfile.mkdtemp(prefix="diffsim-check-") if check is not None else "out"
+    out = Path(out)
+    if check is not None and out.resolve() == Path(check).resolve():
+        raise ValueError("--out must differ from the folder checked against")
+
+    lock = threading.Lock()
+    done = [0]
+
+    def say(text):
+        if progress:
+            with lock:
+                print(text, file=stream, flush=True)
+
+    def one(name):
+        say(f"  running  {name}{' (quick)' if modes[name] else ''}")
+        outcome = _run_one(name, available[name], out / name, modes[name])
+        if check is not None:
+            _compare_outcome(outcome, references.get(name), Path(check) / name)
+        with lock:
+            done[0] += 1
+            count = done[0]
+        say(f"[{count:>2}/{len(chosen)}] {outcome.status:<7} {name}  {outcome.seconds:.1f} s"
+            + (f"  ({outcome.error.splitlines()[-1]})" if outcome.error else ""))  # fmt: skip
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, chosen))
+
+
+def _run_one(name: str, path: Path, out_dir: Path, quick: bool) -> Outcome:
+    _clear(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "diffsim._experiment", str(path), str(out_dir)]
+    if quick:
+        command.append("--quick")
+    # a fixed hash seed: nothing in an experiment's output may depend on set or dict order
+    environment = {**os.environ, "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
+    start = time.perf_counter()
+    with open(out_dir / LOG, "w", encoding="utf-8") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                              stdin=subprocess.DEVNULL).returncode  # fmt: skip
+    seconds = time.perf_counter() - start
+    manifest = _read_manifest(out_dir)
+    if code != 0 or manifest is None:
+        tail = (out_dir / LOG).read_text(encoding="utf-8", errors="replace").strip()
+        lines = tail.splitlines()[-15:] or [f"exit status {code}"]
+        return Outcome(name, "failed", seconds, out_dir, error="\n".join(lines))
+    return Outcome(name, "ok", seconds, out_dir, files=len(manifest["files"]))
+
+
+def _clear(out_dir: Path) -> None:
+    """Remove what an earlier run of this experiment wrote here (the files its manifest lists,
+    the manifest and the log), so that a stale file can never pass for a new one."""
+    manifest = _read_manifest(out_dir)
+    for name in [] if manifest is None else manifest["files"]:
+        (out_dir / name).unlink(missing_ok=True)
+    for name in (MANIFEST, LOG):
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _read_manifest(folder: Path) -> dict | None:
+    try:
+        return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _references(folder) -> dict[str, dict]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no output folder {str(folder)!r} to check against")
+    manifests = {}
+    for path in sorted(folder.glob(f"*/{MANIFEST}")):
+        manifest = _read_manifest(path.parent)
+        if manifest is not None:
+            manifests[path.parent.name] = manifest
+    return manifests
+
+
+def _compare_outcome(outcome: Outcome, reference: dict | None, reference_dir: Path) -> None:
+    if outcome.status == "failed":
+        return
+    if reference is None:
+        outcome.status = "no reference"
+        return
+    new = _read_manifest(outcome.out_dir)
+    outcome.differences = compare_files(reference_dir, reference["files"], outcome.out_dir,
+                                        new["files"])  # fmt: skip
+    outcome.status = "changed" if outcome.differences else "same"
+
+
+def compare_outputs(reference: str | Path, new: str | Path) -> dict[str, list[str]]:
+    """Compare two output folders of the same experiments, manifest by manifest.
+
+    **Returns:** experiment name → what differs (changed, missing or new files, with the
+    largest numeric difference of changed data); empty lists where the outputs are the same
+    bytes. Experiments in only one of the folders are reported as such.
+    """
+    old, fresh = _references(reference), _references(new)
+    report = {}
+    for name in sorted(set(old) | set(fresh)):
+        if name not in fresh:
+            report[name] = [f"not in {str(new)!r}"]
+        elif name not in old:
+            report[name] = [f"not in {str(reference)!r}"]
+        else:
+            report[name] = compare_files(Path(reference) / name, old[name]["files"],
+                                         Path(new) / name, fresh[name]["files"])  # fmt: skip
+    return report
+
+
+def compare_files(old_dir: Path, old: dict, new_dir: Path, new: dict) -> list[str]:
+    """What differs between two runs' files, one line each: `old` and `new` are their
+    manifests' `files` (name → sha256 …). A reference file still on disk is hashed afresh (a
+    file edited after its run counts as what it is now); one that is gone is represented by
+    its manifest's hash, so a folder of manifests alone can serve as the reference."""
+    lines = []
+    for name in sorted(set(old) | set(new)):
+        if name not in new:
+            lines.append(f"{name}: missing from the rerun")
+        elif name not in old:
+            lines.append(f"{name}: new in the rerun")
+        elif _current_hash(Path(old_dir) / name, old[name]) != new[name]["sha256"]:
+            detail = _describe_change(Path(old_dir) / name, Path(new_dir) / name)
+            lines.append(f"{name}: {kind(name)} changed" + (f" ({detail})" if detail else ""))
+    return lines
+
+
+def _current_hash(path: Path, entry: dict) -> str:
+    return _provenance.sha256(path) if path.is_file() else entry["sha256"]
+
+
+def _describe_change(old: Path, new: Path) -> str:
+    """How much a changed file moved: the largest absolute difference of its numbers (data),
+    the fraction of pixels that differ (PNG); "" when it cannot tell."""
+    if not old.is_file():
+        return "reference file not on disk; its manifest's hash differs"
+    try:
+        suffix = old.suffix.lower()
+        if suffix == ".png":
+            import matplotlib.image
+            import numpy as np
+
+            a, b = matplotlib.image.imread(old), matplotlib.image.imread(new)
+            if a.shape != b.shape:
+                return f"size {a.shape[1]}x{a.shape[0]} → {b.shape[1]}x{b.shape[0]}"
+            return f"{np.mean(np.any(a != b, axis=-1)):.2%} of pixels differ"
+        numbers = {".csv": _csv_numbers, ".json": _json_numbers, ".nc": _netcdf_numbers}
+        if suffix not in numbers:
+            return ""
+        a, b = numbers[suffix](old), numbers[suffix](new)
+    except Exception as error:  # a description is a courtesy; the change is reported anyway
+        return f"cannot compare: {type(error).__name__}"
+    return _numeric_difference(a, b)
+
+
+def _numeric_difference(a: dict, b: dict) -> str:
+    import numpy as np
+
+    if a.keys() != b.keys():
+        return f"fields {sorted(set(a) ^ set(b))} differ"
+    worst, where = 0.0, None
+    for key in a:
+        x, y = np.asarray(a[key], float), np.asarray(b[key], float)
+        if x.shape != y.shape:
+            return f"{key}: shape {x.shape} → {y.shape}"
+        same_nan = np.isnan(x) & np.isnan(y)
+        gap = np.where(same_nan, 0.0, np.abs(x - y))
+        if gap.size and (np.nanmax(gap) > worst or np.isnan(gap).any()):
+            worst, where = float(np.max(gap)), key
+    if where is None:
+        return "same numbers, other text"
+    return f"largest difference {worst:.3g} in {where}"
+
+
+def _csv_numbers(path: Path) -> dict:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as file:
+        rows = list(csv.reader(file))
+    header, body = rows[0], rows[1:]
+    columns = {}
+    for j, name in enumerate(header):
+        try:
+            columns[name] = [float(row[j]) for row in body]
+        except ValueError:
+            columns[name] = [hash(row[j]) for row in body]  # text: changed or not
+    return columns
+
+
+def _json_numbers(path: Path) -> dict:
+    flat = {}
+
+    def walk(value, key):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{key}[{i}]")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            flat[key] = float(hash(json.dumps(value)))
+        else:
+            flat[key] = float(value)
+
+    walk(json.loads(path.read_text(encoding="utf-8")), "")
+    return flat
+
+
+def _netcdf_numbers(path: Path) -> dict:
+    import numpy as np
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="h5netcdf") as data:
+        return {
+            name: np.asarray(data[name].values, float)
+            for name in list(data.data_vars) + list(data.coords)
+            if np.issubdtype(data[name].dtype, np.number)
+        }
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """The table `diffsim reproduce` prints: one row per experiment, then the totals."""
+    width = max([len("experiment")] + [len(o.name) for o in outcomes])
+    lines = [f"{'experiment':<{width}}  {'status':<12} {'seconds':>8} {'files':>6}"]
+    lines.append("-" * len(lines[0]))
+    for o in outcomes:
+        lines.append(f"{o.name:<{width}}  {o.status:<12} {o.seconds:>8.1f} {o.files:>6}")
+    counts = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    total = sum(o.seconds for o in outcomes)
+    lines.append("-" * len(lines[0]))
+    tally = ", ".join(f"{v} {k}" for k, v in counts.items())
+    lines.append(f"{len(outcomes)} experiments: {tally}; {total:.1f} s of runs")
+    for o in outcomes:
+        if o.error:
+            lines.append(f"\n{o.name} failed (log: {o.out_dir / LOG}):")
+            lines.extend("    " + line for line in o.error.splitlines())
+        if o.differences:
+            lines.append(f"\n{o.name} changed:")
+            lines.extend("    " + line for line in o.differences)
+    return "\n".join(lines)
+
+
+def succeeded(outcomes: list[Outcome]) -> bool:
+    """True when nothing failed and, when checking, nothing changed."""
+    return all(o.status in ("ok", "same") for o in outcomes)
