@@ -463,7 +463,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
         h = (t_end - t_start) / count.astype(ts.dtype)
 
         def one_step(j, y):
-            t = t_start + j.astype(ts.dtype) * h
+            t = t_start + jnp.asarray(j).astype(ts.dtype) * h  # a Python int under disable_jit
             if key is None:
                 y_next = solver.step(model, t, y, h)
             else:

@@ -227,3 +227,13 @@ def test_hessian_through_a_fixed_step_solve():
     h = 1e-4  # central difference of an exact gradient: error ~h^2 * f'''' ~ 1e-8 relative
     fd = (jax.grad(loss)(length + h) - jax.grad(loss)(length - h)) / (2 * h)
     np.testing.assert_allclose(hessian, fd, rtol=1e-6)
+
+
+def test_simulate_runs_under_disable_jit():
+    # debugging with jax.disable_jit() hands the step loop Python ints, not arrays
+    model = models.HarmonicOscillator(omega=2.0)
+    y0, ts = jnp.array([1.0, 0.0]), jnp.array([0.0, 0.5])
+    compiled = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.1)
+    with jax.disable_jit():
+        eager = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.1)
+    np.testing.assert_allclose(eager.ys, compiled.ys, rtol=1e-12)  # same arithmetic, unfused
