@@ -230,31 +230,42 @@ def measured_order(steps, errors) -> float:
 
 
 def convergence(steps, errors: Mapping[str, Sequence[float]], *,
-                orders: Mapping[str, float] | None = None, ax=None,
+                orders: Mapping[str, float] | None = None,
+                styles: Mapping[str, Mapping] | None = None, ax=None,
                 xlabel: str = "step size", ylabel: str = "error"):  # fmt: skip
     """Errors against step size on log-log axes, one line per method, each labelled with its
     measured order (`measured_order`) and, when `orders` gives it, the nominal one, drawn as a
     dotted reference slope through the method's smallest-step error.
 
     **Arguments:** `steps` step sizes, shape (n,); `errors` method name → errors, shape (n,);
-    `orders` method name → nominal order; `ax` axes to draw into; axis labels.
+    `orders` method name → nominal order; `styles` method name → keyword arguments of its line
+    (`{"Leapfrog": {"ls": "--", "marker": "s"}}`; a `color` applies to its reference slope
+    too); `ax` axes to draw into; axis labels. Methods take the colours of the style's cycle in
+    turn, and a new marker each time the cycle starts over.
 
     **Returns:** the figure.
     """
+    import matplotlib.pyplot as plt
+
     steps = np.asarray(steps, float)
     orders = dict(orders or {})
+    styles = dict(styles or {})
+    colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["k"])
+    markers = "o^vDPX*"
     fig, ax = _figure_and_axes(ax, figsize=(5.8, 4.6), layout="constrained")
     for index, (name, values) in enumerate(errors.items()):
         values = np.asarray(values, float)
         slope = measured_order(steps, values)
-        colour = f"C{index % 10}"
+        turn, position = divmod(index, len(colours))
+        line = {"color": colours[position], "marker": markers[turn % len(markers)], "ms": 3.5,
+                "ls": "-", **styles.get(name, {})}  # fmt: skip
         label = f"{name}: {slope:.2f}"
         if name in orders:
             label += f" (order {orders[name]:g})"
             anchor = np.argmin(steps)
             reference = values[anchor] * (steps / steps[anchor]) ** orders[name]
-            ax.loglog(steps, reference, ":", color=colour, lw=0.8)
-        ax.loglog(steps, values, "o-", color=colour, ms=3.5, label=label)
+            ax.loglog(steps, reference, ":", color=line["color"], lw=0.8)
+        ax.loglog(steps, values, label=label, **line)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(title="measured slope", fontsize=7)
