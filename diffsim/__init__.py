@@ -7,6 +7,7 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 from importlib.metadata import PackageNotFoundError, version
 
 from . import distributed as distributed, plot as plot
+from ._analysis import lyapunov_exponent as lyapunov_exponent
 from ._events import Event as Event
 from ._experiment import ExperimentError as ExperimentError, run_experiment as run_experiment
 from ._fit import fit as fit, FitWarning as FitWarning

@@ -24,6 +24,7 @@ from ._solver.stochastic import AbstractStochasticSolver
 from ._time_grid import check_ts, plan_fixed_steps
 from ._validate import (
     any_traced,
+    as_state_leaf,
     check_positive_number,
     check_static_count,
     is_traced,
@@ -165,7 +166,7 @@ def simulate(
     host_ts = ts if is_traced(ts) else np.asarray(ts)
     ts = ts if is_traced(ts) else jnp.asarray(ts)
     check_ts(host_ts)
-    y0 = jax.tree.map(_as_state_leaf, y0)
+    y0 = jax.tree.map(as_state_leaf, y0)
     real_dtype = _real_dtype(y0)
     _check_finite_inputs(model, y0)
     model = _cast_floats(model, real_dtype)
@@ -292,13 +293,6 @@ def simulate(
 
 
 # --- input preparation (Python, at trace time) ----------------------------------------------
-
-
-def _as_state_leaf(x):
-    x = x if is_traced(x) else jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.inexact):
-        x = x.astype(jnp.result_type(float))
-    return x
 
 
 def _real_dtype(y0):

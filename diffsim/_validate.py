@@ -95,12 +95,14 @@ def _short(array) -> str:
     return str(array.item()) if array.size == 1 else np.array2string(array, threshold=6)
 
 
-def check_static_count(name: str, value) -> None:
-    """Validate a count that sets a shape or loop length: a Python int >= 1."""
+def check_static_count(name: str, value, *, minimum: int = 1) -> int:
+    """Validate a count that sets a shape or loop length: a Python int >= `minimum`; returns
+    it as an int."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be a Python int (static), got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
 
 
 def check_positive_number(name: str, value, *, allow_none=True) -> None:
@@ -114,3 +116,12 @@ def check_positive_number(name: str, value, *, allow_none=True) -> None:
     v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def as_state_leaf(x):
+    """A state leaf as an inexact array (integers become the default float); traced values
+    pass through."""
+    x = x if is_traced(x) else jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x
