@@ -77,3 +77,4 @@ try:
     __version__ = version("diffsim")
 except PackageNotFoundError:  # running from a source checkout that is not installed
     __version__ = "0+unknown"
+del version, PackageNotFoundError  # not part of the API

@@ -158,7 +158,7 @@ class FitResult:
 
     @property
     def log_loss(self) -> bool:
-        """Whether residuals are differences of logarithms (`ds.fit(..., log_loss=True)`)."""
+        """Whether residuals are differences of logarithms (`ds.fit(..., loss="log")`)."""
         return bool(self._settings["log_loss"])
 
     def plot(self, *, points: int = 400):

@@ -23,6 +23,8 @@ class Profile:
       `level`), linearly interpolated; an end is None when the deviance stays below the
       threshold over the profiled range (the data do not bound the parameter on that side).
     - `converged`: per point, whether its refit converged.
+    - `name`, `estimate` (the fitted value), `values` (the profiled grid), `level`,
+      `threshold`; `wald`: the Wald interval at `level`, for comparison.
     """
 
     name: str

@@ -24,7 +24,11 @@ from ._experiment import kind, LOG, MANIFEST
 @dataclasses.dataclass
 class Outcome:
     """How one experiment went: `status` is "ok" or "failed" (and, when checking, "same",
-    "changed" or "no reference"); `differences` lists what changed against the reference."""
+    "changed" or "no reference"); `differences` lists what changed against the reference.
+
+    Also: `name` (the module's name), `seconds` (the wall time of its process), `out_dir` (its
+    output folder), `files` (how many files its manifest lists) and `error` (the tail of its log
+    when it failed)."""
 
     name: str
     status: str
@@ -52,6 +56,7 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
     """Run experiments and, with `check`, compare every output with an earlier run.
 
     **Arguments:**
+
     - `names`: experiments to run (default: all in `experiments`, or with `check` all that the
       reference folder holds);
     - `experiments`: the folder of experiment modules;

@@ -10,7 +10,12 @@ import enum
 
 
 class RESULTS(enum.IntEnum):
-    """Outcome of a simulation; `Solution.result` holds these values as an int32 array."""
+    """Outcome of a simulation; `Solution.result` holds these values as an int32 array.
+
+    `successful` (0), `invalid_input` (1), `max_steps_reached` (2), `step_size_collapsed` (3),
+    `nonlinear_solver_failed` (4), `solver_failed` (5), `nonfinite_state` (6),
+    `event_limit_reached` (7). `RESULTS(code).message` (or `ds.result_message(code)`) says what
+    went wrong and what to do. Sweep stores hold -1 for members not computed yet."""
 
     successful = 0
     invalid_input = 1

@@ -16,7 +16,14 @@ from .base import AbstractSolver
 
 class AbstractAdaptiveSolver(AbstractSolver):
     """An adaptive solver: `rtol`, `atol` (traced), optional `dtmin` below which the solve stops
-    with `RESULTS.step_size_collapsed`."""
+    with `RESULTS.step_size_collapsed`.
+
+    Every adaptive solver is built as `Solver(rtol=1e-6, atol=1e-9, dtmin=None)` (these are the
+    defaults; `ds.Diffrax(solver, rtol, atol, dtmin)` takes the diffrax solver first). A step is
+    accepted when the root mean square over the state's components of its error estimate
+    divided by `atol + rtol·|y|` is at most 1 (diffrax's `PIDController`); `atol` may be an
+    array with one tolerance per component. The tolerances are traced values, so new ones
+    do not recompile."""
 
     rtol: Array = eqx.field(default=1e-6, converter=as_parameter)
     atol: Array = eqx.field(default=1e-9, converter=as_parameter)
