@@ -243,6 +243,10 @@ def simulate(
             )
         check_positive_number("dt", dt)
         check_static_count("max_steps", max_steps)
+        if dt is not None and not is_traced(dt):
+            # an array, not a Python float: the jitted solve would treat a float as static
+            # and compile again for every new initial step
+            dt = jnp.asarray(dt, times.dtype)
         if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
             raise ValueError(
                 f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"

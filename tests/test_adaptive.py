@@ -94,3 +94,20 @@ def test_tolerance_change_does_not_recompile():
     coarse = run_jit(ds.Tsit5(rtol=1e-4, atol=1e-4))
     fine = run_jit(ds.Tsit5(rtol=1e-9, atol=1e-9))
     assert int(fine.stats["num_steps"]) > int(coarse.stats["num_steps"])
+
+
+def test_new_initial_step_does_not_recompile(caplog):
+    import logging
+
+    import jax
+
+    model = models.Lorenz()
+    y0 = jnp.array([1.0, 1.0, 1.0])
+    ts = jnp.linspace(0.0, 0.5, 6)
+    solver = ds.Tsit5(rtol=1e-6, atol=1e-6)
+    ds.simulate(model, y0, ts, solver=solver, dt=0.1)  # compiles
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+        for dt in (0.05, 0.02):
+            ds.simulate(model, y0, ts, solver=solver, dt=dt)
+    compiles = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not [c for c in compiles if "solve_adaptive" in c], compiles
