@@ -51,7 +51,8 @@ def discover(folder: str | Path) -> dict[str, Path]:
 
 
 def reproduce(names=None, *, experiments: str | Path = "experiments", out: str | Path | None = None,
-              quick: bool | None = None, check: str | Path | None = None, jobs: int = 1,
+              quick: bool | None = None, check: str | Path | None = None,
+              jobs: int | None = None,
               progress: bool = True, stream=None) -> list[Outcome]:  # fmt: skip
     """Run experiments and, with `check`, compare every output with an earlier run.
 
@@ -64,7 +65,8 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
     - `quick`: the reduced runs (default False; with `check`, what the reference ran);
     - `check`: an earlier output folder to compare with, file by file (SHA-256; for changed
       data, the largest numeric difference);
-    - `jobs`: experiments run at once, each in its own process;
+    - `jobs`: experiments run at once, each in its own process (default: the number of CPU
+      cores, at most 4: quick runs are mostly compilation, which runs on one core each);
     - `progress`: print a line as each starts and ends (to `stream`, default stderr).
 
     **Returns:** one `Outcome` per experiment, in the order run.
@@ -85,6 +87,8 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
                              f"{str(experiments)!r}")  # fmt: skip
     else:
         chosen = list(available)
+    if jobs is None:
+        jobs = min(4, os.cpu_count() or 1)
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     modes = {}

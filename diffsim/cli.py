@@ -172,7 +172,9 @@ def main(argv=None) -> int:
     reproduce.add_argument(
         "--experiments", default="experiments", help="folder of experiment modules (./experiments)"
     )
-    reproduce.add_argument("--jobs", type=int, default=1, help="experiments run at once")
+    reproduce.add_argument(
+        "--jobs", type=int, help="experiments run at once (default: CPU cores, at most 4)"
+    )
     reproduce.set_defaults(handler=_reproduce)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(handler=_info)

@@ -108,3 +108,16 @@ def test_getting_started_runs(capsys):
     fit = namespace["fit"]
     assert fit.converged
     assert abs(fit.params["length"] - 1.3) < 3 * fit.stderr["length"]
+
+
+def test_gallery_shows_every_experiment_with_its_command():
+    page = (ROOT / "docs" / "gallery.md").read_text("utf-8")
+    experiments = sorted(p.stem for p in (ROOT / "experiments").glob("[a-z]*.py"))
+    assert experiments, "no experiments found"
+    for name in experiments:
+        assert f"\n## {name}\n" in page, f"docs/gallery.md has no section for {name}"
+        assert f"`diffsim reproduce {name}`" in page, f"no command for {name}"
+    images = re.findall(r"!\[[^\]]+\]\((gallery/[\w.]+\.png)\)", page)
+    assert len(images) >= len(experiments)
+    for image in images:
+        assert (ROOT / "docs" / image).is_file(), image
