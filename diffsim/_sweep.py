@@ -557,6 +557,9 @@ class _ChunkRunner:
         index = np.ravel_multi_index(positions, self.plan.shape).astype(np.uint32)
         values = self.axes.values_at(positions)
         values = {n: self._as_input(n, values[n]) for n in self.spec.inputs}
+        # placed on this process's devices first: under jax.distributed, jit refuses numpy
+        # inputs with a sharding over several devices (each process runs its own chunks)
+        values, index = jax.device_put((values, index), self._sharding)
         return self._run(values, index)
 
     def _as_input(self, name: str, values: np.ndarray) -> np.ndarray:

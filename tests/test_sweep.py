@@ -335,12 +335,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_processes(store, extra_for_process_1=()):
+def _two_processes(store, extra_for_process_1=(), devices: int = 1):
     port = str(_free_port())
     return [
         _worker(
             store, "--size", "large", "--process-id", str(i), "--num-processes", "2",
-            "--port", port, *(extra_for_process_1 if i == 1 else ()),
+            "--port", port, "--devices", str(devices), *(extra_for_process_1 if i == 1 else ()),
         )
         for i in range(2)
     ]
@@ -356,9 +356,10 @@ def test_two_processes_give_the_same_store_as_one(tmp_path, large_reference):
     assert "disk full (simulated)" in outputs[1], outputs[1]
     assert "another process of this sweep failed" in outputs[0], outputs[0]
     assert 2 <= len(os.listdir(os.path.join(store, "progress"))) - 1 < 60
-    # Then the same sweep again: it resumes and completes (each process writes its own chunks,
+    # Then the same sweep again, now with two devices in each process (each chunk sharded over
+    # a process's own devices): it resumes and completes (each process writes its own chunks,
     # 0, 2, 4, … and 1, 3, 5, … of the 60).
-    outputs = [_finish(w) for w in _two_processes(store)]
+    outputs = [_finish(w) for w in _two_processes(store, devices=2)]
     assert "process 1 of 2" in outputs[1]
     _assert_same_results(store, large_reference)
     assert len(os.listdir(os.path.join(store, "progress"))) == 60 + 1
