@@ -81,8 +81,9 @@ class Milstein(AbstractStochasticSolver):
 class BAOAB(AbstractStochasticSolver):
     """The BAOAB splitting for Langevin dynamics (`ds.AbstractLangevin` models): half a kick
     (B), half a drift (A), the exact Ornstein–Uhlenbeck velocity update (O:
-    v ← e^{−γh} v + √(k_B T/m (1 − e^{−2γh})) ξ), half a drift, half a kick. One force
-    evaluation per step (the last kick's force is the next step's first). Configurational
+    v ← e^{−γh} v + √(k_B T/m (1 − e^{−2γh})) ξ), half a drift, half a kick. Two force
+    evaluations per step (the last kick's force equals the next step's first, but the step
+    does not carry it over). Configurational
     averages are second order in dt (weak), and the sampled equilibrium stays close to
     Boltzmann's at steps where Euler–Maruyama overheats. ξ = dW_v/√dt from the velocity
     components of the step's Brownian increment, so a key gives the same noise as for the other
