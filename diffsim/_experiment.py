@@ -13,16 +13,18 @@ user's own paper folder):
   in what it prints, which lands in the log, not in its outputs).
 
 `run_experiment` runs one such module in this process under diffsim's plot style and writes
-`manifest.json` beside the outputs: name, title, config, seed, dtype, package versions, git
-commit, machine and devices, wall time and the SHA-256 of every output file.
-`python -m diffsim._experiment PATH OUT [--quick]` does the same from the shell; `diffsim
-reproduce` runs each experiment that way, in a fresh process.
+`manifest.json` beside the outputs: name, title, config, seed, dtype (the config's `dtype`, else
+JAX's default float), package versions, git commit, machine and devices, wall time and the
+SHA-256 of every output file. `python -m diffsim._experiment_worker PATH OUT [--quick]` does
+the same from the shell; `diffsim reproduce` runs each experiment that way, in a fresh process.
 """
 
 import importlib.util
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,6 +69,11 @@ def kind(name: str) -> str:
 def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False) -> dict:
     """Run the experiment module at `path` into `out_dir` and write its `manifest.json`.
 
+    `run` writes into a fresh folder inside `out_dir`, whose files move into `out_dir` only
+    when it returns and has kept the contract, so that a file left by an earlier run can never
+    pass for a new one; the old manifest is removed first, so that a folder whose last run
+    failed holds none.
+
     **Arguments:** `path` the module's file; `out_dir` its output folder (created); `quick` the
     reduced run.
 
@@ -86,23 +93,34 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
     path = Path(path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     clock = time.perf_counter()
-    module = load(path)
-    with style():
-        record = module.run(out, quick=quick)
-    plt.close("all")
+    work = Path(tempfile.mkdtemp(prefix=".running-", dir=out))
+    try:
+        module = load(path)
+        with style():
+            record = module.run(work, quick=quick)
+        plt.close("all")
+        files = _check_record(path.name, record, work)
+        for name in files:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(work / name, out / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     wall = time.perf_counter() - clock
-    files = _check_record(path.name, record, out)
     config = record.get("config", {})
+    if not isinstance(config, dict):
+        raise ExperimentError(f"{path.name}: run()'s 'config' must be a dict, got {config!r}")
     manifest = {
         "experiment": path.stem,
         "title": title(module),
         "quick": bool(quick),
         "config": config,
-        "seed": config.get("seed") if isinstance(config, dict) else None,
-        "dtype": "float64" if jax.config.jax_enable_x64 else "float32",
-        "git_commit": _provenance.git_commit(path.parent),
+        "seed": config.get("seed"),
+        # what the experiment says it computes in, else JAX's default float after its run
+        "dtype": config.get("dtype", "float64" if jax.config.jax_enable_x64 else "float32"),
+        "git_commit": _provenance.git_commit(path.parent, path),
         "packages": _provenance.package_versions(),
         "machine": _provenance.machine(),
         "command": f"diffsim reproduce {path.stem}" + (" --quick" if quick else ""),
@@ -120,7 +138,9 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
     return manifest
 
 
-def _check_record(filename: str, record, out: Path) -> list[str]:
+def _check_record(filename: str, record, work: Path) -> list[str]:
+    """The sorted output names of a run that kept the contract: a dict with `files`, each
+    written (into `work`), and nothing written that is not listed."""
     if not isinstance(record, dict) or "files" not in record:
         raise ExperimentError(
             f"{filename}: run() must return a dict with 'files' (the names it wrote) and "
@@ -131,10 +151,15 @@ def _check_record(filename: str, record, out: Path) -> list[str]:
         if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
             raise ExperimentError(f"{filename}: output names must be relative paths inside the "
                                   f"output folder, got {name!r}")  # fmt: skip
-        if not (out / name).is_file():
+        if not (work / name).is_file():
             raise ExperimentError(f"{filename}: run() listed {name!r} but did not write it")
     if MANIFEST in files or LOG in files:
         raise ExperimentError(f"{filename}: {MANIFEST} and {LOG} are the runner's files")
+    written = {p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()}
+    unlisted = sorted(written - {Path(n).as_posix() for n in files})
+    if unlisted:
+        raise ExperimentError(f"{filename}: run() wrote {unlisted} but did not list them in "
+                              "'files' (every output is hashed into the manifest)")  # fmt: skip
     return sorted(files)
 
 
@@ -144,22 +169,3 @@ def _plain(value):
 
     array = np.asarray(value)
     return array.item() if array.ndim == 0 else array.tolist()
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m diffsim._experiment",
-                                     description="Run one experiment and write its manifest.")
-    parser.add_argument("path")
-    parser.add_argument("out")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    manifest = run_experiment(args.path, args.out, quick=args.quick)
-    print(f"{manifest['experiment']}: {len(manifest['files'])} files in "
-          f"{manifest['wall_time_s']:.1f} s → {args.out}")  # fmt: skip
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,19 +26,21 @@ def package_versions(packages=PACKAGES) -> dict[str, str]:
     return versions
 
 
-def git_commit(folder: str | Path | None = None) -> str:
+def git_commit(folder: str | Path | None = None, *paths: str | Path) -> str:
     """The commit of the git checkout holding `folder` (default: the working directory), with
-    `+dirty` when tracked files have uncommitted changes; "none" outside a checkout."""
+    `+dirty` when tracked files have uncommitted changes or any of `paths` (e.g. the running
+    script) is untracked or changed; "none" outside a checkout."""
     where = None if folder is None else str(folder)
+
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                              check=True, cwd=where).stdout.strip()  # fmt: skip
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True,
-            cwd=where,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=True, cwd=where,
-        ).stdout.strip()
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        if paths:  # these count even when untracked: a new script is not in the commit
+            dirty += git("status", "--porcelain", "--", *(str(Path(p).resolve()) for p in paths))
     except (OSError, subprocess.SubprocessError):
         return "none"
     return commit + ("+dirty" if dirty else "")

@@ -24,7 +24,9 @@ from ._experiment import kind, LOG, MANIFEST
 @dataclasses.dataclass
 class Outcome:
     """How one experiment went: `status` is "ok" or "failed" (and, when checking, "same",
-    "changed" or "no reference"); `differences` lists what changed against the reference.
+    "changed", "missing" when the experiments folder lacks an experiment the reference ran, or
+    "no reference" when the reference holds no usable run of it); `differences` lists what
+    changed against the reference.
 
     Also: `name` (the module's name), `seconds` (the wall time of its process), `out_dir` (its
     output folder), `files` (how many files its manifest lists) and `error` (the tail of its log
@@ -73,7 +75,7 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
     """
     stream = sys.stderr if stream is None else stream
     available = discover(experiments)
-    references = _references(check) if check is not None else {}
+    references, unusable = _references(check) if check is not None else ({}, {})
     if names:
         unknown = [n for n in names if n not in available]
         if unknown:
@@ -81,16 +83,26 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
                              f"{sorted(available)}")  # fmt: skip
         chosen = list(dict.fromkeys(names))
     elif check is not None:
-        chosen = [n for n in references if n in available]
+        chosen = sorted(set(references) | set(unusable))  # every experiment the reference ran
         if not chosen:
-            raise ValueError(f"{str(check)!r} holds no manifests of experiments in "
-                             f"{str(experiments)!r}")  # fmt: skip
+            raise ValueError(f"{str(check)!r} holds no experiment outputs (no "
+                             f"<name>/{MANIFEST})")  # fmt: skip
     else:
         chosen = list(available)
     if jobs is None:
         jobs = min(4, os.cpu_count() or 1)
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
+    # what cannot be compared is reported, and fails the check, but does not stop the others
+    skipped = {}
+    for name in chosen:
+        if check is not None and name not in available:
+            skipped[name] = ("missing", f"the reference ran {name}, which {str(experiments)!r} "
+                             "no longer has")  # fmt: skip
+        elif name in unusable:
+            skipped[name] = ("no reference", unusable[name])
+        elif check is not None and name not in references:
+            skipped[name] = ("no reference", f"{str(check)!r} has no run of {name}")
     modes = {}
     for name in chosen:
         reference = references.get(name)
@@ -116,10 +128,14 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
                 print(text, file=stream, flush=True)
 
     def one(name):
-        say(f"  running  {name}{' (quick)' if modes[name] else ''}")
-        outcome = _run_one(name, available[name], out / name, modes[name])
-        if check is not None:
-            _compare_outcome(outcome, references.get(name), Path(check) / name)
+        if name in skipped:
+            status, reason = skipped[name]
+            outcome = Outcome(name, status, 0.0, out / name, error=reason)
+        else:
+            say(f"  running  {name}{' (quick)' if modes[name] else ''}")
+            outcome = _run_one(name, available[name], out / name, modes[name])
+            if check is not None:
+                _compare_outcome(outcome, references[name], Path(check) / name)
         with lock:
             done[0] += 1
             count = done[0]
@@ -134,11 +150,14 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
 def _run_one(name: str, path: Path, out_dir: Path, quick: bool) -> Outcome:
     _clear(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "diffsim._experiment", str(path), str(out_dir)]
+    # -P: the installed diffsim (and models), not a checkout that happens to be the cwd
+    command = [sys.executable, "-P", "-m", "diffsim._experiment_worker", str(path), str(out_dir)]
     if quick:
         command.append("--quick")
-    # a fixed hash seed: nothing in an experiment's output may depend on set or dict order
-    environment = {**os.environ, "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
+    # a fixed hash seed: nothing in an experiment's output may depend on set or dict order;
+    # on a GPU, processes that run at once must not each take most of its memory up front
+    environment = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ,
+                   "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}  # fmt: skip
     start = time.perf_counter()
     with open(out_dir / LOG, "w", encoding="utf-8") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
@@ -163,29 +182,41 @@ def _clear(out_dir: Path) -> None:
 
 
 def _read_manifest(folder: Path) -> dict | None:
+    """The manifest in `folder`, or None when there is none or it is not one."""
     try:
-        return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and "sha256" in v for v in files.values()
+    ):
+        return None
+    return manifest
 
 
-def _references(folder) -> dict[str, dict]:
+def _references(folder) -> tuple[dict[str, dict], dict[str, str]]:
+    """The experiments an output folder holds: name → manifest, and name → why a folder of
+    one (with a log or a manifest) cannot serve as a reference."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"no output folder {str(folder)!r} to check against")
-    manifests = {}
-    for path in sorted(folder.glob(f"*/{MANIFEST}")):
-        manifest = _read_manifest(path.parent)
+    manifests, unusable = {}, {}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        if not ((sub / MANIFEST).exists() or (sub / LOG).exists()):
+            continue
+        manifest = _read_manifest(sub)
         if manifest is not None:
-            manifests[path.parent.name] = manifest
-    return manifests
+            manifests[sub.name] = manifest
+        elif (sub / MANIFEST).exists():
+            unusable[sub.name] = f"{sub / MANIFEST} is not a manifest of diffsim reproduce"
+        else:
+            unusable[sub.name] = f"its reference run failed (no manifest; see {sub / LOG})"
+    return manifests, unusable
 
 
-def _compare_outcome(outcome: Outcome, reference: dict | None, reference_dir: Path) -> None:
+def _compare_outcome(outcome: Outcome, reference: dict, reference_dir: Path) -> None:
     if outcome.status == "failed":
-        return
-    if reference is None:
-        outcome.status = "no reference"
         return
     new = _read_manifest(outcome.out_dir)
     outcome.differences = compare_files(reference_dir, reference["files"], outcome.out_dir,
@@ -200,7 +231,7 @@ def compare_outputs(reference: str | Path, new: str | Path) -> dict[str, list[st
     largest numeric difference of changed data); empty lists where the outputs are the same
     bytes. Experiments in only one of the folders are reported as such.
     """
-    old, fresh = _references(reference), _references(new)
+    (old, _), (fresh, _) = _references(reference), _references(new)
     report = {}
     for name in sorted(set(old) | set(fresh)):
         if name not in fresh:
@@ -259,22 +290,33 @@ def _describe_change(old: Path, new: Path) -> str:
 
 
 def _numeric_difference(a: dict, b: dict) -> str:
+    """What moved between two files' fields (name → numbers, or text): the text fields that
+    changed, and the largest absolute difference among the numeric ones (equal infinities and
+    NaNs in the same places count as equal)."""
     import numpy as np
 
     if a.keys() != b.keys():
         return f"fields {sorted(set(a) ^ set(b))} differ"
-    worst, where = 0.0, None
+    text, worst, where = [], 0.0, None
     for key in a:
-        x, y = np.asarray(a[key], float), np.asarray(b[key], float)
+        x, y = a[key], b[key]
+        if isinstance(x, str) or isinstance(y, str):
+            if x != y:
+                text.append(key)
+            continue
+        x, y = np.asarray(x, float), np.asarray(y, float)
         if x.shape != y.shape:
             return f"{key}: shape {x.shape} → {y.shape}"
-        same_nan = np.isnan(x) & np.isnan(y)
-        gap = np.where(same_nan, 0.0, np.abs(x - y))
-        if gap.size and (np.nanmax(gap) > worst or np.isnan(gap).any()):
-            worst, where = float(np.max(gap)), key
-    if where is None:
-        return "same numbers, other text"
-    return f"largest difference {worst:.3g} in {where}"
+        equal = (x == y) | (np.isnan(x) & np.isnan(y))
+        if not equal.all():
+            gap = float(np.max(np.where(equal, 0.0, np.abs(x - y))))
+            if where is None or not gap <= worst:  # NaN against a number ranks first
+                worst, where = gap, key
+    parts = [f"text changed in {', '.join(text[:5])}{' …' if len(text) > 5 else ''}"] if text \
+        else []  # fmt: skip
+    if where is not None:
+        parts.append(f"largest difference {worst:.3g} in {where}")
+    return "; ".join(parts) or "same numbers, other bytes"
 
 
 def _csv_numbers(path: Path) -> dict:
@@ -285,10 +327,11 @@ def _csv_numbers(path: Path) -> dict:
     header, body = rows[0], rows[1:]
     columns = {}
     for j, name in enumerate(header):
+        cells = [row[j] for row in body]
         try:
-            columns[name] = [float(row[j]) for row in body]
+            columns[name] = [float(cell) for cell in cells]
         except ValueError:
-            columns[name] = [hash(row[j]) for row in body]  # text: changed or not
+            columns[name] = "\n".join(cells)  # text: compared for equality
     return columns
 
 
@@ -303,7 +346,7 @@ def _json_numbers(path: Path) -> dict:
             for i, v in enumerate(value):
                 walk(v, f"{key}[{i}]")
         elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            flat[key] = float(hash(json.dumps(value)))
+            flat[key] = json.dumps(value)  # text, booleans, null: compared for equality
         else:
             flat[key] = float(value)
 
@@ -317,10 +360,11 @@ def _netcdf_numbers(path: Path) -> dict:
 
     with xr.open_dataset(path, engine="h5netcdf") as data:
         return {
-            name: np.asarray(data[name].values, float)
+            name: (np.asarray(data[name].values, float)
+                   if np.issubdtype(data[name].dtype, np.number)
+                   else "\n".join(map(str, np.asarray(data[name].values).ravel())))
             for name in list(data.data_vars) + list(data.coords)
-            if np.issubdtype(data[name].dtype, np.number)
-        }
+        }  # fmt: skip
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
@@ -338,9 +382,11 @@ def summary_table(outcomes: list[Outcome]) -> str:
     tally = ", ".join(f"{v} {k}" for k, v in counts.items())
     lines.append(f"{len(outcomes)} experiments: {tally}; {total:.1f} s of runs")
     for o in outcomes:
-        if o.error:
+        if o.error and o.status == "failed":
             lines.append(f"\n{o.name} failed (log: {o.out_dir / LOG}):")
             lines.extend("    " + line for line in o.error.splitlines())
+        elif o.error:
+            lines.append(f"\n{o.name}: {o.status}: {o.error}")
         if o.differences:
             lines.append(f"\n{o.name} changed:")
             lines.extend("    " + line for line in o.differences)

@@ -102,7 +102,7 @@ def test_runs_each_experiment_with_a_manifest_and_reports_failures(first_run):
     assert manifest["config"] == {"n": 20, "seed": 3} and manifest["seed"] == 3
     assert manifest["packages"]["jax"] == __import__("jax").__version__
     assert manifest["machine"]["device_platform"] == "cpu"
-    assert manifest["git_commit"]  # a commit, or "none" outside a checkout
+    assert manifest["git_commit"] == "none"  # the temporary folder is no git checkout
     assert manifest["dtype"] == "float32"  # this experiment does not enable float64
     assert manifest["wall_time_s"] > 0
     assert set(manifest["files"]) == {"curve.png", "curve.pdf", "curve.nc", "curve.csv",
@@ -131,19 +131,25 @@ def test_check_finds_no_change_in_a_stable_rerun_and_names_what_changed(
     with pytest.raises(ValueError, match="was quick; drop --quick"):
         ds.reproduce(experiments=folder, check=first, quick=False, progress=False)
 
-    # an edited reference value is found, with the size of the change
+    # an edited reference value is found, with the size of the change; an experiment the
+    # folder no longer has and one whose reference run failed are reported, not skipped
     edited = tmp_path / "edited"
-    shutil.copytree(first / "stable", edited / "stable")
+    shutil.copytree(first, edited)
     csv = edited / "stable" / "curve.csv"
     lines = csv.read_text().splitlines()
     x, y = lines[5].split(",")
     lines[5] = f"{x},{float(y) + 0.25!r}"
     csv.write_text("\n".join(lines) + "\n")
-    outcomes = ds.reproduce(["stable"], experiments=folder, check=edited,
-                            out=tmp_path / "third", progress=False)  # fmt: skip
-    assert outcomes[0].status == "changed"
-    (line,) = outcomes[0].differences
+    fewer = tmp_path / "fewer"
+    shutil.copytree(folder, fewer)
+    (fewer / "drifting.py").unlink()
+    outcomes = ds.reproduce(experiments=fewer, check=edited, out=tmp_path / "third",
+                            progress=False)  # fmt: skip
+    status = {o.name: o.status for o in outcomes}
+    assert status == {"broken": "no reference", "drifting": "missing", "stable": "changed"}
+    (line,) = next(o for o in outcomes if o.name == "stable").differences
     assert line.startswith("curve.csv: data changed (largest difference 0.25")
+    assert "reference run failed" in next(o for o in outcomes if o.name == "broken").error
 
 
 def test_bad_requests_say_what_to_do(folder, tmp_path, capsys):
@@ -168,3 +174,48 @@ def test_run_experiment_enforces_the_contract(tmp_path):
     path.write_text("x = 1\n")
     with pytest.raises(ds.ExperimentError, match="has no function run"):
         ds.run_experiment(path, tmp_path / "out")
+
+
+def test_a_run_keeps_no_stale_files_and_lists_all_it_writes(tmp_path):
+    path = tmp_path / "partial.py"
+    path.write_text(textwrap.dedent('''
+        from pathlib import Path
+
+        def run(out_dir, quick=False):
+            if not quick:  # the full run writes it, the quick one only claims to
+                (Path(out_dir) / "once.json").write_text("{}")
+            return {"files": ["once.json"], "config": {}}
+    '''))
+    out = tmp_path / "out"
+    ds.run_experiment(path, out)
+    assert (out / "once.json").exists() and (out / "manifest.json").exists()
+    with pytest.raises(ds.ExperimentError, match="listed 'once.json' but did not write it"):
+        ds.run_experiment(path, out, quick=True)  # the earlier run's file does not count
+    assert not (out / "manifest.json").exists()  # the folder no longer claims a valid run
+    path.write_text(textwrap.dedent('''
+        from pathlib import Path
+
+        def run(out_dir, quick=False):
+            (Path(out_dir) / "listed.csv").write_text("a\\n1\\n")
+            (Path(out_dir) / "forgotten.png").write_bytes(b"")
+            return {"files": ["listed.csv"], "config": {}}
+    '''))
+    with pytest.raises(ds.ExperimentError, match=r"wrote \['forgotten.png'\] but did not list"):
+        ds.run_experiment(path, out)
+
+
+def test_changed_text_and_numbers_are_told_apart(tmp_path):
+    from diffsim._reproduce import compare_files
+
+    entries = {}
+    for name, text in (("old", '{"solver": "RK4", "error": 1.0, "bound": Infinity}'),
+                       ("new", '{"solver": "RK38", "error": 1.25, "bound": Infinity}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(text)
+        entries[name] = {"summary.json": {"sha256": _provenance.sha256(
+            tmp_path / name / "summary.json")}}  # fmt: skip
+    (line,) = compare_files(tmp_path / "old", entries["old"], tmp_path / "new", entries["new"])
+    # the equal infinities are no difference; the text is named, the number measured
+    assert line == ("summary.json: data changed (text changed in solver; largest difference "
+                    "0.25 in error)")  # fmt: skip
+
