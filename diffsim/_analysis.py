@@ -149,7 +149,7 @@ def _measure(model, solver, y0, tangent, dt, t0, *, every: int, skipped: int, in
     def renormalized_step(carry, _):
         t, y, v = carry
         y_next, v_next = jax.jvp(lambda state: flow(t, state), (y,), (v,))
-        log_growth = 0.5 * jnp.log(_squared_norm(v_next))
+        log_growth = _log_norm(v_next)
         scale = jnp.exp(-log_growth)
         v_next = jax.tree.map(lambda leaf: leaf * scale.astype(leaf.dtype), v_next)
         return (t + interval, y_next, v_next), log_growth
@@ -192,6 +192,15 @@ def _check_model_and_solver(model, solver) -> None:
 
 def _squared_norm(tree):
     return sum(jnp.sum(jnp.abs(leaf) ** 2) for leaf in jax.tree.leaves(tree))
+
+
+def _log_norm(tree):
+    """log of the Euclidean norm, scaled by the largest component first, so that a vector
+    whose squared norm would overflow (or underflow) still has a finite log norm."""
+    largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in jax.tree.leaves(tree)]))
+    safe = jnp.where(largest > 0, largest, jnp.ones_like(largest))
+    scaled = jax.tree.map(lambda leaf: leaf / safe.astype(leaf.dtype), tree)
+    return jnp.log(safe) + 0.5 * jnp.log(_squared_norm(scaled))
 
 
 def _initial_tangent(y0, tangent):

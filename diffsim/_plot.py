@@ -32,8 +32,8 @@ def save(fig, out_dir: str | Path, name: str, *, formats: Sequence[str] = ("png"
     stamp in the file, so that a rerun writes the same bytes.
 
     **Arguments:** `fig` a matplotlib figure; `out_dir` a folder (created); `name` the file name
-    without suffix; `formats` any of `png`, `pdf`, `svg`; `dpi` for raster formats (default: the
-    style's `savefig.dpi`).
+    without suffix; `formats` any of `png`, `pdf`, `svg`; `dpi` for raster formats (default:
+    matplotlib's `savefig.dpi`, 130 under `style()`).
 
     **Returns:** the file names written, relative to `out_dir`.
     """
@@ -122,7 +122,9 @@ def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | Non
 
     **Returns:** the figure.
     """
-    if hasattr(states, "ys") and hasattr(states, "ts"):
+    from ._simulate import Solution
+
+    if isinstance(states, Solution):
         paths = _states(states.ys)[None]
     else:
         paths = np.asarray(states)
@@ -169,8 +171,8 @@ def sweep_heatmap(dataset, variable: str, *, x: str | None = None, y: str | None
                              f"dimensions are {field.dims}")  # fmt: skip
         field = field.sel(dict(select))
     dims = list(field.dims)
-    x = dims[0] if x is None else x
-    y = next(d for d in dims if d != x) if y is None else y
+    x = dims[0] if x is None and dims else x
+    y = next((d for d in dims if d != x), None) if y is None else y
     rest = [d for d in dims if d not in (x, y)]
     if x not in dims or y not in dims or rest:
         raise ValueError(

@@ -46,6 +46,20 @@ def test_linear_ode_is_the_log_growth_of_the_discrete_map():
         assert got == pytest.approx(expected, rel=1e-11, abs=1e-13)
 
 
+@pytest.mark.parametrize("dtype, dt", [(jnp.float64, 5.0), (jnp.float32, 0.7)])
+def test_fast_growth_between_renormalizations_stays_finite(dtype, dt):
+    """y' = y over 100 steps between renormalizations grows the tangent by R(dt)^100 (R the RK4
+    amplification 1 + z + z²/2 + z³/6 + z⁴/24): e^418 in float64 (its square would overflow),
+    e^59 in float32 (likewise); the exponent is ln R(dt) / dt to the dtype's round-off."""
+    model = ds.ODE(lambda t, y, p: y, None)
+    y0 = jnp.ones(1, dtype)
+    exponent = ds.lyapunov_exponent(model, y0, solver=ds.RK4(), dt=dt, steps=100,
+                                    renormalize_every=100)  # fmt: skip
+    growth = 1 + dt + dt**2 / 2 + dt**3 / 6 + dt**4 / 24
+    rtol = 1e-12 if dtype == jnp.float64 else 1e-5
+    np.testing.assert_allclose(float(exponent), np.log(growth) / dt, rtol=rtol)
+
+
 def test_linear_ode_converges_to_the_largest_real_part():
     """λ_T = μ₁ + ln|c₁|/T + O(e^{−gap·T}/T), with μ₁ = 0.3 the dominant eigenvalue, c₁ the
     component of the unit start vector along its unit eigenvector, gap = 0.5; RK4's error in the

@@ -60,6 +60,8 @@ def test_sweep_heatmap_shows_a_variable_over_two_axes():
     np.testing.assert_array_equal(np.asarray(mesh.get_array()).reshape(3, 4), expected)
     with pytest.raises(ValueError, match=r"left over: \['state'\]"):
         ds.plot.sweep_heatmap(result, "final_state")
+    with pytest.raises(ValueError, match="choose x and y among them"):  # one dimension left
+        ds.plot.sweep_heatmap(result, "final_state", select={"state": "angle", "damping": 0.5})
     with pytest.raises(ValueError, match="no variable 'energy'"):
         ds.plot.sweep_heatmap(result, "energy")
     with pytest.raises(ValueError, match=r"has no dimensions \['angle'\]"):
