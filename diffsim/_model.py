@@ -306,4 +306,3 @@ def _solve_small(matrix, rhs):
         det = a * d - b * c
         return jnp.stack([d * rhs[0] - b * rhs[1], a * rhs[1] - c * rhs[0]]) / det
     return jnp.linalg.solve(matrix, rhs)
-

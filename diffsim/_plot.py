@@ -276,4 +276,3 @@ def convergence(steps, errors: Mapping[str, Sequence[float]], *,
     ax.set_ylabel(ylabel)
     ax.legend(title="measured slope", fontsize=7)
     return fig
-

@@ -218,4 +218,3 @@ def test_changed_text_and_numbers_are_told_apart(tmp_path):
     # the equal infinities are no difference; the text is named, the number measured
     assert line == ("summary.json: data changed (text changed in solver; largest difference "
                     "0.25 in error)")  # fmt: skip
-
