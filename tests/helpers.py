@@ -97,3 +97,13 @@ def load_experiment(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def check_outputs(record, out, suffixes=("png",)):
+    """An experiment's run listed files, wrote each (non-empty) into `out`, and wrote at least
+    one file of each of `suffixes`."""
+    assert record["files"], "the experiment wrote no files"
+    for name in record["files"]:
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    written = {name.rsplit(".", 1)[-1] for name in record["files"]}
+    assert set(suffixes) <= written, (suffixes, sorted(written))

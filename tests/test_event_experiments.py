@@ -2,20 +2,14 @@
 
 from pathlib import Path
 
-from helpers import load_experiment
+from helpers import check_outputs, load_experiment
 
 ROOT = Path(__file__).parent.parent
 
 
-def _check_files(record, out):
-    assert any(f.endswith(".png") for f in record["files"])
-    for file in record["files"]:
-        assert (out / file).stat().st_size > 0, file
-
-
 def test_bouncing_ball_experiment(tmp_path):
     record = load_experiment("bouncing_ball").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path)
     assert record["converged"]
     assert all(record["within_3_se"].values())
     # (test_events.py checks the derivatives of impact times through resets against the
@@ -26,7 +20,7 @@ def test_bouncing_ball_experiment(tmp_path):
 
 def test_kramers_experiment(tmp_path):
     record = load_experiment("kramers").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path)
     for row in record["rows"]:
         assert row["crossings"] > 0.9 * row["members"]  # horizon 4/k: ~2% censored
         if row["solver"] == "BAOAB":

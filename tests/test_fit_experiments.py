@@ -6,21 +6,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import load_experiment
+from helpers import check_outputs, load_experiment
 
 ROOT = Path(__file__).parent.parent
-
-
-def _check_files(record, out):
-    for file in record["files"]:
-        assert (out / file).stat().st_size > 0, file
 
 
 # test_fit.py checks the same fit and profile; the full run of the script is the extra here
 @pytest.mark.slow
 def test_fit_pendulum_experiment(tmp_path):
     record = load_experiment("fit_pendulum").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path, ())
     for name, value in record["truth"].items():
         assert abs(record["params"][name] - value) < 3 * record["stderr"][name]
     low, high = record["profile_interval_damping"]
@@ -29,7 +24,7 @@ def test_fit_pendulum_experiment(tmp_path):
 
 def test_fit_oscillator_target_experiment(tmp_path):
     record = load_experiment("fit_oscillator_target").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path, ())
     # RK4 with dt = 1e-3 over 1 s: global error ~ (ωdt)^4 ~ 1e-11 against the closed form
     assert max(record["errors"].values()) < 1e-8
 
@@ -39,7 +34,7 @@ def test_fit_oscillator_target_experiment(tmp_path):
 @pytest.mark.slow
 def test_fit_lynx_hare_experiment(tmp_path):
     record = load_experiment("fit_lynx_hare").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path, ())
     for name, value in record["published"].items():
         assert abs(record["params"][name] - value) < record["stderr"][name]
 
@@ -48,7 +43,7 @@ def test_fit_lynx_hare_experiment(tmp_path):
 @pytest.mark.slow
 def test_fit_lorenz_experiment(tmp_path):
     record = load_experiment("fit_lorenz").run(tmp_path, quick=True)
-    _check_files(record, tmp_path)
+    check_outputs(record, tmp_path, ())
     assert record["single_shooting"]["loss"] > 50 * record["multiple_shooting"]["loss"]
     for name, value in record["truth"].items():
         fitted = record["multiple_shooting"]

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import FIXED_STEP_SOLVERS, load_experiment, solver_id
+from helpers import check_outputs, FIXED_STEP_SOLVERS, load_experiment, solver_id
 
 import diffsim as ds
 import models
@@ -30,20 +30,12 @@ def kepler(tmp_path_factory):
     return load_experiment("kepler_energy").run(out, quick=True), out
 
 
-def _files_written(record, out):
-    assert record["files"], "the experiment wrote no files"
-    for name in record["files"]:
-        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    suffixes = {name.rsplit(".", 1)[-1] for name in record["files"]}
-    assert {"png", "pdf", "nc", "json"} <= suffixes
-
-
 # --- convergence ------------------------------------------------------------------------------
 
 
 def test_convergence_orders(convergence):
     _, record, out = convergence
-    _files_written(record, out)
+    check_outputs(record, out, ("png", "pdf", "nc", "json"))
     expected = {solver_id(s): s.order for s in FIXED_STEP_SOLVERS}
     for problem, measured in record["measured_orders"].items():
         # every fixed-step solver of the registry is in the figure
@@ -143,7 +135,7 @@ def test_kepler_reference_solution(convergence):
 
 def test_kepler_energy_symplectic_bounded_runge_kutta_grows(kepler):
     record, out = kepler
-    _files_written(record, out)
+    check_outputs(record, out, ("png", "pdf", "nc", "json"))
     rows = record["solvers"]
     symplectic = [name for name, row in rows.items() if row["symplectic"]]
     drifting = [name for name, row in rows.items() if not row["symplectic"]]

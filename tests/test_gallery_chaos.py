@@ -5,17 +5,13 @@ import json
 
 import numpy as np
 import pytest
-from helpers import load_experiment
+from helpers import check_outputs, load_experiment
 
 LORENZ_PUBLISHED = 0.9056  # largest exponent at σ = 10, β = 8/3, ρ = 28 (Sprott 2003)
 
 
 def _files_exist(out, record):
-    assert record["files"], "the experiment wrote no files"
-    for name in record["files"]:
-        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    suffixes = {name.rsplit(".", 1)[-1] for name in record["files"]}
-    assert {"png", "pdf", "nc", "json"} <= suffixes
+    check_outputs(record, out, ("png", "pdf", "nc", "json"))
     summary = next(name for name in record["files"] if name.endswith(".json"))
     assert json.loads((out / summary).read_text())["config"] == record["config"]
 

@@ -4,7 +4,7 @@ problem, through their quick runs (each experiment runs once per module, shared 
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import load_experiment
+from helpers import check_outputs, load_experiment
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +20,7 @@ def heat(tmp_path_factory):
 
 
 def _check_files(out, record, figure):
-    for name in record["files"]:
-        assert (out / name).stat().st_size > 0, name
+    check_outputs(record, out, ())
     assert {f"{figure}.png", f"{figure}.pdf", f"{figure}.json"} <= set(record["files"])
 
 
