@@ -15,19 +15,22 @@ import jax.numpy as jnp
 import optimistix as optx
 from jax import lax
 
+from ._adaptive_loop import initial_step, solve_erk, supports
 from ._events import evaluate, Records, restart_value
 from ._results import RESULTS
 from ._solve_common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
 
 
-def _prepare(solver, model, y0, ts, dt0):
+def _prepare(solver, inner, model, y0, ts, dt0):
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
     tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
     valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok)
     rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    dt0 = None if dt0 is None else jnp.asarray(dt0, dtype)
+    if dt0 is None:
+        dt0 = initial_step(inner, model.vector_field, ts[0], y0, rtol, atol)
+    dt0 = jnp.asarray(dt0, dtype)
     return valid, model, y0, ts, (rtol, atol, dtmin, dt0)
 
 
@@ -55,8 +58,8 @@ def _stats(inner, accepted, rejected):
 
 @eqx.filter_jit
 def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
-    valid, model, y0, ts, controls = _prepare(solver, model, y0, ts, dt0)
     inner = solver.to_diffrax()
+    valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
     out = _solve(
         model, y0, ts, controls, None, None,
         inner=inner, max_steps=max_steps, adjoint=adjoint, directions=None,
@@ -86,8 +89,8 @@ class _Condition(eqx.Module):
 @eqx.filter_jit
 def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int, adjoint):
     """Adaptive solve with events; returns (ys, reached, records, stats, result)."""
-    valid, model, y0, ts, controls = _prepare(solver, model, y0, ts, dt0)
     inner = solver.to_diffrax()
+    valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
     dtype = ts.dtype
     directions = tuple({-1: False, 0: None, 1: True}[e.direction] for e in events)
     time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
@@ -239,8 +242,10 @@ def _diffeqsolve(
     out = dict(
         ys=solution.ys,
         code=code,
-        accepted=stats["num_accepted_steps"],
-        rejected=stats["num_rejected_steps"],
+        # int32 like the lean loop's (under x64 diffrax counts in int64), so that the custom
+        # JVP's primal and tangent solves return the same types
+        accepted=stats["num_accepted_steps"].astype(jnp.int32),
+        rejected=stats["num_rejected_steps"].astype(jnp.int32),
     )
     if conditions is not None:
         out["ys"] = solution.ys[0]
@@ -255,10 +260,17 @@ def _diffeqsolve(
 def _diffeqsolve_any_order(
     model, y0, ts, rtol, atol, dtmin, dt0, span, conditions, *, inner, max_steps, directions
 ):
-    """The default adaptive solve. Undifferentiated it runs diffrax's plain loop (fastest);
+    """The default adaptive solve. Undifferentiated it runs diffrax's plain loop;
     differentiated, the rule below runs forward mode through `diffrax.DirectAdjoint`, whose
     bounded loop JAX can also transpose. So `jax.grad`, `jax.jacfwd`, `jax.jvp` and
-    `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop."""
+    `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop.
+    Undifferentiated explicit Runge–Kutta solves without events run the lean loop of
+    `_adaptive_loop` instead of diffrax's: the same steps and results, at a fraction of the
+    cost."""
+    if conditions is None and span is None and supports(inner):
+        return solve_erk(
+            inner, model.vector_field, y0, ts, rtol, atol, dtmin, dt0, max_steps=max_steps
+        )
     return _diffeqsolve(
         model, y0, ts, rtol, atol, dtmin, dt0, span, conditions,
         inner=inner, max_steps=max_steps, adjoint=diffrax.RecursiveCheckpointAdjoint(),

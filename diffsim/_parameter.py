@@ -69,3 +69,24 @@ def constraints_hold(model):
         if constraint["nonnegative"]:
             ok = ok & jnp.all(value >= 0)
     return ok
+
+
+def replace_unconstrained_parameters(model, fill):
+    """`model` with every `parameter` field that breaks its constraint replaced by `fill`
+    (traced, field by field: a field that holds stays as it is, batched or not)."""
+    replacements = {}
+    for field in dataclasses.fields(model):
+        constraint = parameter_constraints(field)
+        value = getattr(model, field.name)
+        if constraint is None or value is None or not (
+            constraint["positive"] or constraint["nonnegative"]
+        ):
+            continue
+        ok = jnp.all(value > 0) if constraint["positive"] else jnp.all(value >= 0)
+        replacements[field.name] = jnp.where(ok, value, jnp.asarray(fill, value.dtype))
+    if not replacements:
+        return model
+    names = list(replacements)
+    return eqx.tree_at(
+        lambda m: [getattr(m, name) for name in names], model, [replacements[n] for n in names]
+    )

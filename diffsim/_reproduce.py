@@ -41,13 +41,14 @@ class Outcome:
     differences: list[str] = dataclasses.field(default_factory=list)
 
 
-def discover(folder: str | Path) -> dict[str, Path]:
-    """Experiment name → module file: every `*.py` in `folder` not starting with `_`."""
+def discover(folder: str | Path, what: str = "experiments") -> dict[str, Path]:
+    """Module name → file: every `*.py` in `folder` not starting with `_` (the experiments of
+    `diffsim reproduce`, or with `what="benchmarks"` those of `diffsim bench`)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"no experiments folder {str(folder)!r}: run from the repository root or pass "
-            "--experiments DIR"
+            f"no {what} folder {str(folder)!r}: run from the repository root or pass "
+            f"--{what} DIR"
         )
     return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
 

@@ -128,6 +128,21 @@ def _reproduce(args) -> int:
     return 0 if succeeded(outcomes) else 1
 
 
+def _bench(args) -> int:
+    from ._bench import bench, REPORT, summary_table
+
+    start = time.perf_counter()
+    try:
+        outcomes = bench(args.names, benchmarks=args.benchmarks, out=args.out, quick=args.quick)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"diffsim bench: {error}", file=sys.stderr)
+        return 2
+    print(summary_table(outcomes))
+    print(f"report in {args.out}/{REPORT} (raw timings benchmarks.json, plot scaling.png, logs "
+          f"<name>.log); {time.perf_counter() - start:.0f} s in all")  # fmt: skip
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="diffsim", description="Differentiable physics and ODE simulation on JAX."
@@ -176,6 +191,17 @@ def main(argv=None) -> int:
         "--jobs", type=int, help="experiments run at once (default: CPU cores, at most 4)"
     )
     reproduce.set_defaults(handler=_reproduce)
+    bench = commands.add_parser(
+        "bench", help="run the benchmarks against their peers; write BENCHMARKS.md and timings"
+    )
+    bench.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    bench.add_argument("--quick", action="store_true", help="smoke sizes (CI): timings mean little")
+    bench.add_argument("--out", default="out/bench", help="output folder (default ./out/bench)")
+    bench.add_argument(
+        "--benchmarks", default="experiments/bench",
+        help="folder of benchmark scripts (./experiments/bench)",
+    )  # fmt: skip
+    bench.set_defaults(handler=_bench)
     info = commands.add_parser("info", help="versions and devices")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)

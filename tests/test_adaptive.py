@@ -111,3 +111,59 @@ def test_new_initial_step_does_not_recompile(caplog):
             ds.simulate(model, y0, ts, solver=solver, dt=dt)
     compiles = [r.getMessage()[:80] for r in caplog.records if "Compiling" in r.getMessage()]
     assert not [c for c in compiles if "solve_adaptive" in c], compiles
+
+
+# --- the lean loop of undifferentiated explicit solves (diffsim/_adaptive_loop.py) ----------
+
+
+@pytest.mark.parametrize("solver_cls", [ds.Tsit5, ds.Dopri5, ds.Dopri8])
+@pytest.mark.parametrize("n_times", [2, 41])
+def test_lean_loop_takes_diffraxs_steps(solver_cls, n_times):
+    # adjoint="checkpoint" runs diffrax's own loop: the lean loop must take the same accepted
+    # and rejected steps and agree to round-off (float64 Lorenz over [0, 4]: local round-off
+    # ~1e-16 amplified by exp(0.9 t) ~ 40 and ~500 steps: well below 1e-11)
+    model = models.Lorenz()
+    y0 = jnp.array([1.0, 0.0, 0.0])
+    ts = jnp.linspace(0.0, 4.0, n_times)
+    solver = solver_cls(rtol=1e-7, atol=1e-7)
+    lean = ds.simulate(model, y0, ts, solver=solver)
+    reference = ds.simulate(model, y0, ts, solver=solver, adjoint="checkpoint")
+    for stat in ("num_steps", "num_rejected_steps", "num_function_evals"):
+        assert int(lean.stats[stat]) == int(reference.stats[stat]), stat
+    assert int(lean.stats["num_rejected_steps"]) > 0  # the rejection path was exercised
+    np.testing.assert_allclose(lean.ys, reference.ys, rtol=1e-11, atol=1e-11)
+
+
+def test_lean_loop_under_vmap_matches_each_member_alone():
+    import jax
+
+    y0 = jnp.array([1.0, 0.0, 0.0], jnp.float32)
+    ts = jnp.linspace(0.0, 1.0, 3, dtype=jnp.float32)
+    rhos = jnp.array([0.0, 10.0, 21.0, 28.0], jnp.float32)
+
+    def solve(rho):
+        sol = ds.simulate(models.Lorenz(rho=rho), y0, ts, solver=ds.Tsit5(), throw=False)
+        return sol.ys, sol.stats["num_steps"]
+
+    ys, steps = jax.vmap(solve)(rhos)
+    assert len(set(np.asarray(steps).tolist())) > 1  # members take different numbers of steps
+    for i, rho in enumerate(rhos):
+        alone_ys, alone_steps = solve(rho)
+        assert int(alone_steps) == int(steps[i])
+        np.testing.assert_allclose(ys[i], alone_ys, rtol=1e-6)
+
+
+def test_lean_loop_pytree_state_and_failures():
+    # a dict state: the error norm spans every leaf, like diffrax's
+    model = ds.ODE(lambda t, y, p: {"a": -p["k"] * y["a"], "b": p["k"] * y["a"]}, {"k": 0.5})
+    y0 = {"a": jnp.asarray(1.0), "b": jnp.asarray(0.0)}
+    ts = jnp.linspace(0.0, 2.0, 5)
+    solver = ds.Tsit5(rtol=1e-9, atol=1e-9)
+    lean = ds.simulate(model, y0, ts, solver=solver)
+    np.testing.assert_allclose(lean.ys["a"], jnp.exp(-0.5 * ts), rtol=1e-8)
+    reference = ds.simulate(model, y0, ts, solver=solver, adjoint="checkpoint")
+    assert int(lean.stats["num_steps"]) == int(reference.stats["num_steps"])
+    # max_steps: the times not reached are not finite, and the code says why
+    capped = ds.simulate(models.Lorenz(), jnp.ones(3), ts, solver=solver, max_steps=10, throw=False)
+    assert int(capped.result) == ds.RESULTS.max_steps_reached
+    assert not np.isfinite(np.asarray(capped.ys[-1])).any()

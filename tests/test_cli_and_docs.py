@@ -1,4 +1,4 @@
-"""The command line, the demo, the README example and the benchmark's smoke run."""
+"""The command line, the demo and the README example (the benchmarks: test_bench.py)."""
 
 import json
 import subprocess
@@ -66,31 +66,6 @@ def test_cli_rejects_unknown_command():
         [sys.executable, "-m", "diffsim", "frobnicate"], capture_output=True, text=True, cwd=ROOT
     )
     assert out.returncode == 2 and "invalid choice" in out.stderr
-
-
-def _quick_benchmark(name: str) -> str:
-    """Smoke only (no speed assertions in tests): the quick run completes; returns its output."""
-    script = ROOT / "experiments" / "bench" / name
-    command = [sys.executable, str(script), "--quick"]
-    return subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-
-
-@pytest.mark.slow  # keeps the script running; the solves it times are tested elsewhere
-def test_fixed_step_benchmark_smoke():
-    out = _quick_benchmark("fixed_step.py")
-    assert "hand-written vmap(scan)" in out and "compile within 1.2x" in out
-
-
-@pytest.mark.slow  # ~75 s: six child processes for the memory table
-def test_gradient_benchmark_smoke():
-    out = _quick_benchmark("gradients.py")
-    assert "hessian / grad" in out and "XLA temp MiB" in out
-
-
-@pytest.mark.slow  # the sweep itself is tested in test_sweep.py; this keeps the script running
-def test_sweep_benchmark_smoke():
-    out = _quick_benchmark("sweep.py")
-    assert "ds.sweep + zarr store" in out and ">= 2x diffrax members/s" in out
 
 
 def test_sweep_command_runs_the_example_config_and_resumes(tmp_path, capsys):

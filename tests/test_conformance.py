@@ -156,13 +156,16 @@ def test_vector_field_is_a_diffrax_term():
         diffrax.Tsit5(),
         0.0,
         1.0,
-        None,
+        0.01,
         y0,
         saveat=diffrax.SaveAt(ts=ts),
         stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-10),
     )
-    ours = ds.simulate(model, y0, ts, solver=ds.Tsit5(rtol=1e-10, atol=1e-10))
+    # the same first step: simulate's own default is Hairer's rule, which diffrax 0.7 skips
+    ours = ds.simulate(model, y0, ts, solver=ds.Tsit5(rtol=1e-10, atol=1e-10), dt=0.01)
     np.testing.assert_allclose(ours.ys, direct.ys, rtol=1e-12)
+    assert int(ours.stats["num_steps"]) == int(direct.stats["num_accepted_steps"])
+    assert int(ours.stats["num_rejected_steps"]) == int(direct.stats["num_rejected_steps"])
 
 
 def test_non_uniform_grid_with_dt():

@@ -1,8 +1,7 @@
-"""The fitting experiments (quick runs), the `diffsim fit` command and the fit benchmark's smoke."""
+"""The fitting experiments (quick runs) and the `diffsim fit` command (the fit benchmark runs
+in `diffsim bench`)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -81,11 +80,3 @@ def test_fit_command_rejects_a_bad_config(tmp_path, capsys):
     )
     assert main(["fit", str(config)]) == 2
     assert "no data file" in capsys.readouterr().err
-
-
-@pytest.mark.slow  # suite time; the benchmark-suite issue gathers the smoke runs of every bench
-@pytest.mark.parametrize("script", ["fit.py"])
-def test_fit_benchmark_smoke(script):
-    command = [sys.executable, str(ROOT / "experiments" / "bench" / script), "--quick"]
-    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    assert "diffrax + optimistix by hand" in out and "faster than scipy" in out

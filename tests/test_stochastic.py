@@ -237,19 +237,6 @@ def test_iterate_gives_first_passage_times_of_a_random_walk():
     assert int(capped.steps) == 3 and not bool(capped.stopped)
 
 
-@pytest.mark.slow  # suite time; the benchmark-suite issue gathers the smoke runs of every bench
-def test_early_exit_benchmark_smoke():
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "experiments" / "bench" / "early_exit.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--quick"], capture_output=True, text=True, check=True
-    ).stdout
-    assert "early exit ms" in out and "straggling" in out
-
-
 def test_stochastic_sir_conserves_people_and_follows_the_deterministic_mean():
     n_people = 1e5
     model = models.StochasticSIR(beta=0.3, gamma=0.1, population=n_people)

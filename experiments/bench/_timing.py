@@ -1,4 +1,5 @@
-"""Timing helpers shared by the benchmarks: compile and run measured separately."""
+"""Timing helpers shared by the benchmarks: compile and run measured separately, and the
+results `diffsim bench` collects (`record`, `targets_table`)."""
 
 import statistics
 import time
@@ -27,12 +28,13 @@ def fresh_compile_seconds(jitted, *arrays) -> tuple[float, object]:
 def machine_line() -> str:
     """CPU, core count, device kind and count, jax and diffrax versions, for benchmark headers."""
     import os
-    import platform
 
     import diffrax
 
+    from diffsim._provenance import cpu_model
+
     return (
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, "
         f"jax {jax.__version__} on {jax.devices()[0].device_kind} x {jax.device_count()}, "
         f"diffrax {diffrax.__version__}"
     )
@@ -49,6 +51,23 @@ def run_seconds(fn, *args, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+_RECORDS: list[dict] = []
+_TARGETS: list[dict] = []
+
+
+def record(workload: str, method: str, **fields) -> dict:
+    """Keep one measurement for `diffsim bench`'s raw timings (benchmarks.json) and its plot of
+    time against ensemble size: e.g. `members`, `compile_s`, `run_s`, `error`, `steps`."""
+    entry = {"workload": workload, "method": method, **fields}
+    _RECORDS.append(entry)
+    return entry
+
+
+def collected() -> dict:
+    """Everything `record` and `targets_table` were given in this process."""
+    return {"records": list(_RECORDS), "targets": list(_TARGETS)}
+
+
 def table(rows, headers) -> str:
     """A Markdown table."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
@@ -57,7 +76,9 @@ def table(rows, headers) -> str:
 
 
 def targets_table(checks) -> str:
-    """A Markdown table of (target, measured ratio, met?) rows."""
+    """A Markdown table of (target, measured ratio, met?) rows; the targets are also kept for
+    `diffsim bench`'s summary."""
+    _TARGETS.extend({"target": c, "measured": float(v), "met": bool(ok)} for c, v, ok in checks)
     rows = [[c, f"{v:.2f}", "met" if ok else "NOT MET"] for c, v, ok in checks]
     return table(rows, ["target", "measured", "status"])
 

@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, machine_line, run_seconds, table  # noqa: E402
+from _timing import compile_seconds, machine_line, record, run_seconds, table  # noqa: E402
 
 import diffsim as ds  # noqa: E402
 
@@ -49,8 +49,11 @@ def _step(key, state):
 def make_iterate(max_steps):
     def one(key, stop_at):
         out = ds.iterate(
-            _step, (jnp.zeros(DIM, jnp.float32), jnp.array(0, jnp.int32)), key,
-            stop=lambda s: s[1] >= stop_at, max_steps=max_steps,
+            _step,
+            (jnp.zeros(DIM, jnp.float32), jnp.array(0, jnp.int32)),
+            key,
+            stop=lambda s: s[1] >= stop_at,
+            max_steps=max_steps,
         )
         return out.state[0], out.steps
 
@@ -81,8 +84,10 @@ def main(argv=None):
     if args.quick:
         args.members, args.stop, args.max_steps = 256, 100, 200
     print(machine_line())
-    print(f"{args.members} members, {DIM}-dim state, stop at {args.stop}, "
-          f"max_steps {args.max_steps}, float32\n")
+    print(
+        f"{args.members} members, {DIM}-dim state, stop at {args.stop}, "
+        f"max_steps {args.max_steps}, float32\n"
+    )
     keys = jax.random.split(jax.random.key(0), args.members)
     early = args.stop // 10
     patterns = {
@@ -112,6 +117,8 @@ def main(argv=None):
         assert bool(jnp.array_equal(a[1], b[1])), "both ways must take the same steps"
         assert bool(jnp.allclose(a[0], b[0])), "both ways must end in the same states"
         early_ms, fixed_ms = (1e3 * t for t in times.values())
+        for name, seconds in times.items():
+            record(f"early exit: {pattern}", name, members=args.members, run_s=seconds)
         rows.append([pattern, f"{early_ms:.1f}", f"{fixed_ms:.1f}", f"{fixed_ms / early_ms:.2f}"])
     print()
     print(table(rows, ["stop pattern", "early exit ms", "fixed horizon ms", "fixed / early"]))
@@ -168,6 +175,8 @@ def events_section(members: int, quick: bool):
         located = np.asarray(compiled["terminal event (early exit)"](heights))
         assert np.allclose(located, landing, rtol=1e-4), "event times must be the landing times"
         event_ms, full_ms = (1e3 * t for t in times.values())
+        for name, seconds in times.items():
+            record(f"terminal events: {pattern}", name, members=members, run_s=seconds)
         rows.append([pattern, f"{event_ms:.1f}", f"{full_ms:.1f}", f"{full_ms / event_ms:.2f}"])
     print()
     print(table(rows, ["landing pattern", "terminal event ms", "to horizon ms", "horizon / event"]))

@@ -35,7 +35,15 @@ import numpy as np  # noqa: E402
 import optimistix as optx  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, CompileClock, machine_line, run_seconds, table, targets_table  # noqa: E402
+from _timing import (  # noqa: E402
+    compile_seconds,
+    CompileClock,
+    machine_line,
+    record,
+    run_seconds,
+    table,
+    targets_table,
+)
 from fixed_step import _DiffraxRK4  # noqa: E402
 
 import diffsim as ds  # noqa: E402
@@ -64,8 +72,13 @@ def make_ds_fit(values, solver, dt):
 
     def run():
         result = ds.fit(
-            guess, y0, (TS, values), params=["length", "damping"], observe=angle,
-            solver=solver, dt=dt,
+            guess,
+            y0,
+            (TS, values),
+            params=["length", "damping"],
+            observe=angle,
+            solver=solver,
+            dt=dt,
         )
         return np.array([result.params["length"], result.params["damping"]])
 
@@ -86,8 +99,16 @@ def make_hand_fit(values, solver, adaptive: bool):
     def residuals(u, _):
         p = jnp.exp(u)
         solution = diffrax.diffeqsolve(
-            term, solver, TS[0], TS[-1], y0=y0, args=p, saveat=diffrax.SaveAt(ts=jnp.asarray(TS)),
-            max_steps=4096, adjoint=diffrax.ForwardMode(), **options,
+            term,
+            solver,
+            TS[0],
+            TS[-1],
+            y0=y0,
+            args=p,
+            saveat=diffrax.SaveAt(ts=jnp.asarray(TS)),
+            max_steps=4096,
+            adjoint=diffrax.ForwardMode(),
+            **options,
         )
         return solution.ys[:, 0] - values
 
@@ -110,8 +131,9 @@ def scipy_fit(values):
 
     def residuals(u):
         length, damping = np.exp(u)
-        solution = solve_ivp(field, (TS[0], TS[-1]), Y0, t_eval=TS, args=(length, damping),
-                             rtol=1e-8, atol=1e-10)
+        solution = solve_ivp(
+            field, (TS[0], TS[-1]), Y0, t_eval=TS, args=(length, damping), rtol=1e-8, atol=1e-10
+        )
         return solution.y[0] - values
 
     result = least_squares(residuals, np.log(GUESS), xtol=1e-10, ftol=1e-10)
@@ -145,10 +167,12 @@ def main(argv=None):
     ]
     if not args.quick:  # the smoke run skips the adaptive pair (the slowest to compile)
         cases += [
-            ("ds.fit, Tsit5 1e-8", "ds",
-             make_ds_fit(values, ds.Tsit5(rtol=1e-8, atol=1e-8), None)),
-            ("diffrax + optimistix by hand, Tsit5", "hand",
-             make_hand_fit(values, diffrax.Tsit5(), True)),
+            ("ds.fit, Tsit5 1e-8", "ds", make_ds_fit(values, ds.Tsit5(rtol=1e-8, atol=1e-8), None)),
+            (
+                "diffrax + optimistix by hand, Tsit5",
+                "hand",
+                make_hand_fit(values, diffrax.Tsit5(), True),
+            ),
         ]
     for label, kind, fn in cases:
         if kind == "ds":
@@ -161,13 +185,16 @@ def main(argv=None):
         results[label] = np.asarray(value)
         run[label] = run_s
         rows.append([label, f"{compile_s:.2f}", f"{1e3 * run_s:.1f}", _params(value)])
+        record("fit (pendulum length, damping)", label, compile_s=compile_s, run_s=run_s)
     start = time.perf_counter()
     value = scipy_fit(values)
     scipy_s = time.perf_counter() - start
     results["scipy"] = value
     run["scipy"] = scipy_s
-    rows.append(["scipy least_squares + solve_ivp (RK45)", "-", f"{1e3 * scipy_s:.1f}",
-                 _params(value)])
+    record("fit (pendulum length, damping)", "scipy least_squares + solve_ivp", run_s=scipy_s)
+    rows.append(
+        ["scipy least_squares + solve_ivp (RK45)", "-", f"{1e3 * scipy_s:.1f}", _params(value)]
+    )
     print(table(rows, ["fit", "compile s", "run ms", "length, damping"]))
     reference = results["ds.fit, RK4 dt=0.01"]
     spread = max(np.max(np.abs(v / reference - 1)) for v in results.values())

@@ -6,7 +6,9 @@ state only. Compared in one process run against
   (b) `diffrax.diffeqsolve` with the same RK4 tableau and a constant step, under `jax.vmap`,
   (c) NumPy, vectorized over the ensemble, and
   (d) scipy `solve_ivp` (RK45, rtol 1e-6, atol 1e-9; scipy has no fixed-step RK4) looped over a
-      sample of the ensemble and scaled up to its size.
+      sample of the ensemble and scaled up to its size, and
+  (e) torchdiffeq `rk4` (its 3/8-rule variant: same cost) on one batched CPU tensor, when the
+      `bench` extra is installed.
 Compile time (trace + lower + compile) and run time (median of repeats after warm-up,
 `block_until_ready`) are reported separately; ratios are against diffsim in the same run.
 
@@ -26,9 +28,11 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
+import _torch_peers  # noqa: E402
 from _timing import (  # noqa: E402
     fresh_compile_seconds,
     machine_line,
+    record,
     table,
     targets_table,
 )
@@ -220,7 +224,19 @@ def main(argv=None):
         f"scipy solve_ivp RK45 (x{args.members // args.scipy_sample} of {args.scipy_sample})"
     ] = (None, scipy_s * args.members / args.scipy_sample, None)
 
+    if _torch_peers.available() is None:
+        out = _torch_peers.pendulum_rk4(
+            np.asarray(lengths), np.asarray(dampings), gravity=GRAVITY, t1=T1, steps=args.steps,
+            y0=Y0, repeats=max(1, args.repeats // 3),
+        )  # fmt: skip
+        results["torchdiffeq rk4 (CPU, batched)"] = (None, out["run_s"], out["final"])
+    else:
+        print(f"torchdiffeq skipped: {_torch_peers.available()}")
+
     ours_compile, ours_run, ours_final = results["diffsim"]
+    for name, (compile_s, run_s, _) in results.items():
+        record("pendulum fixed-step RK4", name, members=args.members, steps=args.steps,
+               compile_s=compile_s, run_s=run_s)  # fmt: skip
     rows = []
     for name, (compile_s, run_s, final) in results.items():
         diff = "" if final is None else f"{np.max(np.abs(final - ours_final)):.1e}"

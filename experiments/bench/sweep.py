@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import CompileClock, fresh_compile_seconds, machine_line, table, targets_table  # noqa: E402
+from _timing import (  # noqa: E402
+    CompileClock,
+    fresh_compile_seconds,
+    machine_line,
+    record,
+    table,
+    targets_table,
+)
 from fixed_step import GRAVITY, make_diffrax, make_hand_scan, T1, Y0  # noqa: E402
 
 import diffsim as ds  # noqa: E402
@@ -116,6 +123,9 @@ def main(argv=None):
         comp = statistics.median(c for _, c in runs)
         run = statistics.median(t - c for t, c in runs)
         summary[name] = (total, comp, run)
+    for name, (total, comp, run) in summary.items():
+        record("sweep (pendulum grid, RK4)", name, members=members, compile_s=comp, run_s=run,
+               total_s=total)  # fmt: skip
     ours = summary["ds.sweep + zarr store"]
     reference = finals["hand-written jit(vmap(scan))"]
     rows = [
