@@ -156,8 +156,8 @@ def pendulum_rk4(lengths, dampings, *, gravity, t1, steps, y0, repeats) -> dict:
     of one odeint call, "final": NumPy (N, 2) states at t1, "function_evals", "steps", ...}.
     """
     torch = _torch()
-    lengths = torch.as_tensor(np.asarray(lengths, np.float32))
-    dampings = torch.as_tensor(np.asarray(dampings, np.float32))
+    lengths = torch.as_tensor(np.array(lengths, np.float32))
+    dampings = torch.as_tensor(np.array(dampings, np.float32))
     rhs = _pendulum_module()(gravity / lengths, dampings)
     state0 = torch.tensor(y0, dtype=torch.float32).expand(len(lengths), 2).contiguous()
     return _solve(rhs, state0, t1, repeats, method="rk4", options={"step_size": t1 / steps})
@@ -174,7 +174,7 @@ def lorenz_fixed(rhos, *, dt, t1, repeats) -> dict:
 
     Returns {"run_s": median seconds of one odeint call, "final": NumPy (N, 3), counters}.
     """
-    rho = _torch().as_tensor(np.asarray(rhos, np.float32))
+    rho = _torch().as_tensor(np.array(rhos, np.float32))
     rhs = _lorenz_module()(rho)
     return _solve(rhs, _lorenz_y0(len(rho)), t1, repeats, method="rk4", options={"step_size": dt})
 
@@ -197,7 +197,7 @@ def lorenz_adaptive(rhos, *, rtol, atol, t1, repeats, method="dopri5") -> dict:
     "function_evals": vector-field calls (each on the whole batch) of one solve, "steps":
     accepted steps, "rejected": rejected steps, "note": that caveat}.
     """
-    rho = _torch().as_tensor(np.asarray(rhos, np.float32))
+    rho = _torch().as_tensor(np.array(rhos, np.float32))
     rhs = _lorenz_module(adaptive=True)(rho)
     out = _solve(rhs, _lorenz_y0(len(rho)), t1, repeats, method=method, rtol=rtol, atol=atol)
     out.update(steps=rhs.accepted, rejected=rhs.rejected)

@@ -105,7 +105,7 @@ def fixed_diffsim(method: str):
     return jax.jit(jax.vmap(one))
 
 
-def fixed_hand(method: str):
+def fixed_hand(method: str, unroll: int = 1):
     steps = round(T1 / DT)
     dt = jnp.float32(DT)
     c, a, b = _tsit5_tableau()
@@ -127,7 +127,7 @@ def fixed_hand(method: str):
             return y + dt * sum(bj * k for bj, k in zip(b, ks)), None
 
         step = rk4 if method == "rk4" else tsit5
-        return lax.scan(step, jnp.array(U0, jnp.float32), None, length=steps)[0]
+        return lax.scan(step, jnp.array(U0, jnp.float32), None, length=steps, unroll=unroll)[0]
 
     return jax.jit(jax.vmap(one))
 
@@ -339,6 +339,33 @@ def fixed_section(sizes, peers, method, repeats, scipy_sample):
     return ratios, compile_s, run
 
 
+def unroll_section(n, method, repeats, factors=(1, 2, 4, 8)):
+    """The hand-written scan with `lax.scan(unroll=k)`: whether unrolling pays on this device."""
+    print(f"\n# Hand-written scan with lax.scan(unroll=k), N = {n:,}\n")
+    rho = rhos(n)
+    compiled, compile_s = {}, {}
+    for k in factors:
+        compile_s[k], compiled[k] = compile_seconds(fixed_hand(method, unroll=k), rho)
+    timed = _rounds({k: (lambda c=c: c(rho)) for k, c in compiled.items()}, repeats)
+    for k in factors:
+        record(
+            f"Lorenz fixed-step {method.upper()}, unroll",
+            f"hand-written, unroll={k}",
+            members=None,
+            compile_s=compile_s[k],
+            run_s=timed[k],
+        )
+    print(
+        table(
+            [
+                [k, f"{compile_s[k]:.2f}", f"{timed[k] * 1e3:.2f}", f"{timed[k] / timed[1]:.2f}"]
+                for k in factors
+            ],
+            ["unroll", "compile s", "run ms", "run / unroll=1"],
+        )
+    )
+
+
 def adaptive_section(sizes, peers, repeats, rtol=1e-6, atol=1e-6):
     print(
         f"\n# Adaptive Tsit5, rtol = atol = {rtol:g}, under jax.vmap (each member its own steps)\n"
@@ -520,6 +547,8 @@ def main(argv=None):
     fixed_ratios, fixed_compile, fixed_run = fixed_section(
         sizes, peers, args.method, args.repeats, args.scipy_sample
     )
+    if not args.quick and "hand" in peers:
+        unroll_section(2**12, args.method, args.repeats)
     checks = []
     gpu = jax.devices()[0].platform == "gpu"
     if "hand" in fixed_ratios:
