@@ -455,23 +455,34 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     # index of each interval's first step in the whole solve (the Brownian path's clock)
     offsets = jnp.cumsum(counts) - counts
     noise_shape = None if key is None else model.brownian_shape(y0)
+    fsal = solver.fsal and key is None
 
     def interval(y, xs):
         t_start, t_end, count, offset = xs
         h = (t_end - t_start) / count.astype(ts.dtype)
 
-        def one_step(j, y):
+        def one_step(j, state):
             t = t_start + jnp.asarray(j).astype(ts.dtype) * h  # a Python int under disable_jit
-            if key is None:
-                y_next = solver.step(model, t, y, h)
+            if fsal:  # the state carries the evaluation the step starts from
+                y, first = state
+                state_next = solver.step_fsal(model, t, y, h, first)
+            elif key is None:
+                state_next = solver.step(model, t, state, h)
             else:
                 dw = solver.noise(key, offset + j, noise_shape, h)
-                y_next = solver.step(model, t, y, h, dw)
+                state_next = solver.step(model, t, state, h, dw)
             if masked:  # steps beyond this interval's own count leave the state unchanged
-                y_next = jax.tree.map(lambda a, b: jnp.where(j < count, a, b), y_next, y)
-            return y_next
+                state_next = jax.tree.map(
+                    lambda a, b: jnp.where(j < count, a, b), state_next, state
+                )
+            return state_next
 
-        y = advance(one_step, y, steps_per_save, block)
+        if fsal:
+            y, _ = advance(
+                one_step, (y, solver.first_evaluation(model, t_start, y)), steps_per_save, block
+            )
+        else:
+            y = advance(one_step, y, steps_per_save, block)
         return y, y
 
     if block is not None and steps_per_save <= block:
@@ -490,7 +501,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     stats = {
         "num_steps": num_steps,
         "num_rejected_steps": jnp.zeros_like(num_steps),
-        "num_function_evals": num_steps * solver.evals_per_step,
+        "num_function_evals": solver.function_evals(num_steps, ts.shape[0] - 1),
     }
     result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
     return mask_invalid(valid, ys), stats, result

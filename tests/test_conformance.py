@@ -240,3 +240,27 @@ def test_simulate_runs_under_disable_jit():
     with jax.disable_jit():
         eager = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.1)
     np.testing.assert_allclose(eager.ys, compiled.ys, rtol=1e-12)  # same arithmetic, unfused
+
+
+def test_fsal_splittings_carry_the_closing_force_into_the_next_step():
+    # Leapfrog and Yoshida4 end with a kick at the step's end, whose force opens the next
+    # step: the loop evaluates it once (1 and 3 forces per step, plus one per output interval)
+    # and the states are those of the step taken on its own, repeated
+    import jax
+    from jax import lax
+
+    model = models.Kepler()
+    y0 = model.initial_state(0.5)
+    ts = jnp.linspace(0.0, 2 * jnp.pi, 5)
+    steps, dt = 400, float(2 * jnp.pi / 400)
+    for solver, forces_per_step in [(ds.Leapfrog(), 1), (ds.Yoshida4(), 3)]:
+        assert solver.fsal
+        sol = ds.simulate(model, y0, ts, solver=solver, steps_per_save=steps // 4)
+        assert int(sol.stats["num_function_evals"]) == steps * forces_per_step + 4
+
+        def reference_step(y, j, solver=solver):
+            return solver.step(model, j.astype(y.dtype) * dt, y, dt), None
+
+        alone, _ = jax.jit(lambda y: lax.scan(reference_step, y, jnp.arange(steps)))(y0)
+        np.testing.assert_allclose(sol.ys[-1], alone, rtol=1e-12, atol=1e-12)
+    assert not ds.SymplecticEuler().fsal  # its last kick is empty

@@ -48,6 +48,9 @@ class AbstractSymplectic(AbstractFixedStepSolver):
             assert len(cls.kicks) == len(cls.drifts) + 1
             assert abs(sum(cls.kicks) - 1) < 1e-12 and abs(sum(cls.drifts) - 1) < 1e-12
             cls.evals_per_step = sum(1 for k in cls.kicks if k != 0)
+            # the closing kick's force, at the step's end, opens the next step (leapfrog's
+            # velocity Verlet form): one force evaluation per step saved
+            cls.fsal = cls.kicks[0] != 0 and cls.kicks[-1] != 0
 
     def check_model(self, model, t0, y0) -> None:
         name = type(self).__name__
@@ -77,18 +80,35 @@ class AbstractSymplectic(AbstractFixedStepSolver):
         )
 
     def step(self, model, t, y, dt):
+        return self._step(model, t, y, dt, None)[0]
+
+    def first_evaluation(self, model, t, y):
+        q, p = split_pair(y)
+        return _drift_and_kick(model)[1](t, q, p)
+
+    def step_fsal(self, model, t, y, dt, first):
+        return self._step(model, t, y, dt, first)
+
+    def _step(self, model, t, y, dt, first):
+        """The splitting from (t, y); with `first`, the force of the opening kick is given.
+        Returns the new state and the force of the closing kick (None without one)."""
         drift, kick = _drift_and_kick(model)
         q, p = split_pair(y)
         t_q = t  # the time the positions have reached; kicks are evaluated there
-        for k, d in zip(self.kicks, self.drifts):
+        for i, (k, d) in enumerate(zip(self.kicks, self.drifts)):
             if k != 0:
-                p = _axpy(p, k * dt, kick(t_q, q, p))
+                force = first if i == 0 and first is not None else kick(t_q, q, p)
+                p = _axpy(p, k * dt, force)
             if d != 0:
                 q = _axpy(q, d * dt, drift(p))
                 t_q = t_q + d * dt
+        last = None
         if self.kicks[-1] != 0:
-            p = _axpy(p, self.kicks[-1] * dt, kick(t_q, q, p))
-        return join_pair(y, q, p)
+            # the force depends on the positions only (checked in check_model), so this is
+            # also the next step's opening force
+            last = kick(t_q, q, p)
+            p = _axpy(p, self.kicks[-1] * dt, last)
+        return join_pair(y, q, p), last
 
 
 class SymplecticEuler(AbstractSymplectic):

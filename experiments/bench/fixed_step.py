@@ -161,6 +161,76 @@ def scipy_sample(lengths, dampings, sample: int):
     return time.perf_counter() - start, np.array(finals)
 
 
+def _kepler_ensemble(members: int):
+    eccentricities = jnp.asarray(np.linspace(0.0, 0.7, members), jnp.float32)
+    return eccentricities, jax.vmap(models.Kepler().initial_state)(eccentricities)
+
+
+def make_leapfrog_diffsim(steps: int, t1: float):
+    ts = jnp.array([0.0, t1], jnp.float32)
+
+    def one(y0):
+        return ds.simulate(models.Kepler(), y0, ts, solver=ds.Leapfrog(), dt=t1 / steps,
+                           throw=False).ys[-1]  # fmt: skip
+
+    return jax.jit(jax.vmap(one))
+
+
+def make_leapfrog_hand(steps: int, t1: float):
+    """Velocity Verlet written by hand: one force evaluation per step (the closing force is
+    carried into the next step)."""
+    dt = jnp.float32(t1 / steps)
+
+    def force(q):
+        return -q / jnp.sum(q**2) ** 1.5
+
+    def one(y0):
+        def step(carry, _):
+            q, p, f = carry
+            p_half = p + dt / 2 * f
+            q = q + dt * p_half
+            f = force(q)
+            return (q, p_half + dt / 2 * f, f), None
+
+        (q, p, _), _ = lax.scan(step, (y0[0], y0[1], force(y0[0])), None, length=steps)
+        return jnp.stack([q, p])
+
+    return jax.jit(jax.vmap(one))
+
+
+def symplectic_section(members: int, steps: int, repeats: int):
+    """Leapfrog on a Kepler ensemble (eccentricities 0 ... 0.7, 2-D, float32) against velocity
+    Verlet written by hand; both evaluate the force once per step."""
+    t1 = 2 * np.pi  # one orbit
+    _, y0 = _kepler_ensemble(members)
+    print(f"\n# Symplectic: Leapfrog, Kepler ensemble, {members:,} orbits x {steps:,} steps, "
+          "float32\n")  # fmt: skip
+    peers = {"diffsim Leapfrog": make_leapfrog_diffsim, "hand-written velocity Verlet":
+             make_leapfrog_hand}  # fmt: skip
+    compiled, compile_s, run_s = {}, {}, {}
+    for name, make in peers.items():
+        compile_s[name], compiled[name] = fresh_compile_seconds(make(steps, t1), y0)
+        jax.block_until_ready(compiled[name](y0))
+    for name, fn in compiled.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(y0))
+            times.append(time.perf_counter() - start)
+        run_s[name] = statistics.median(times)
+        record("Kepler Leapfrog", name, members=members, steps=steps, compile_s=compile_s[name],
+               run_s=run_s[name])  # fmt: skip
+    ours = run_s["diffsim Leapfrog"]
+    finals = [np.asarray(fn(y0)) for fn in compiled.values()]
+    difference = float(np.max(np.abs(finals[0] - finals[1])))
+    print(table([[name, f"{compile_s[name]:.3f}", f"{run_s[name] * 1e3:.1f}",
+                  f"{run_s[name] / ours:.2f}"] for name in compiled],
+                ["method", "compile s", "run ms", "run / diffsim"]))  # fmt: skip
+    print(f"\nmax |final - hand| = {difference:.1e}")
+    hand = run_s["hand-written velocity Verlet"]
+    return ("Leapfrog: run <= 1.1x hand-written velocity Verlet", ours / hand, ours <= 1.1 * hand)
+
+
 def compile_scaling(steps_list, members: int):
     """Compile time of diffsim's ensemble at different step counts (should not grow)."""
     lengths, dampings = ensemble(members)
@@ -288,6 +358,10 @@ def main(argv=None):
             scaling[1] <= 1.2 * scaling[0],
         ),
     ]
+    if args.quick:
+        checks.append(symplectic_section(500, 100, args.repeats))
+    else:
+        checks.append(symplectic_section(args.members, args.steps, args.repeats))
     print()
     print(targets_table(checks))
 
