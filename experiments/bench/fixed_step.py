@@ -182,7 +182,8 @@ def make_leapfrog_hand(steps: int, t1: float):
     dt = jnp.float32(t1 / steps)
 
     def force(q):
-        return -q / jnp.sum(q**2) ** 1.5
+        inverse_r = lax.rsqrt(jnp.sum(q**2))
+        return -q * (inverse_r * inverse_r * inverse_r)
 
     def one(y0):
         def step(carry, _):
