@@ -331,7 +331,7 @@ def main(argv=None):
                 "run ms",
                 "run / diffsim",
                 "compile / diffsim",
-                "max |final - diffsim|",
+                "max abs(final - diffsim)",
             ],
         )
     )

@@ -151,7 +151,7 @@ def main(argv=None):
                 "members/s (run)",
                 "members/s (total)",
                 "speed / ds.sweep+store",
-                "max |final - hand|",
+                "max abs(final - hand)",
             ],
         )
     )
