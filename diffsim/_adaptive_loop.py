@@ -3,13 +3,15 @@ ERK with a plain Butcher tableau): the solve `simulate` runs when an adaptive so
 differentiated and has no events.
 
 It follows diffrax's `diffeqsolve` with a `PIDController` (integral control, its defaults) step
-for step: the same initial step (Hairer's rule), error norm (RMS of the error over
+for step, given the same first step (`simulate` passes Hairer's, see `initial_step`): the error
+norm (RMS of the error over
 `atol + rtol·max(|y0|, |y1|)`), step factors (safety 0.9, within [0.2, 10], at most 0.9 after a
 rejection), clipping of the last step to t1, and the method's own dense output at the save
 times, so the two agree to round-off. What it leaves out is what `simulate` does not use
 there: events, dense-output storage, progress meters, jumps, SDE terms and the machinery of
 differentiation (differentiated solves go through diffrax, see `_adaptive_solve`). Under
-`jax.vmap` this makes each step ~2-3x cheaper than diffrax's (experiments/bench/lorenz.py).
+`jax.vmap` this runs ~4x faster than diffrax (experiments/bench/lorenz.py, Lorenz, 2 CPU
+cores).
 """
 
 import diffrax
@@ -79,7 +81,8 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
     n = ts.shape[0]
-    # diffrax rounds a step ending within 100 ULPs of t1 to end at t1
+    # diffrax rounds a step ending within 100 ULPs of t1 to end at t1 (it counts them down one
+    # by one; here from the spacing above t1: the same but at a power of two, twice as wide)
     t1_floor = t1 - 100 * (jnp.nextafter(t1, jnp.array(jnp.inf, dtype)) - t1)
 
     f0 = vector_field(t0, y0)

@@ -26,7 +26,9 @@ def _prepare(solver, inner, model, y0, ts, dt0):
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
     tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
     valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok)
-    rtol, atol = jnp.where(valid, rtol, 1e-3), jnp.where(valid, atol, 1e-6)
+    # replaced only when they are bad themselves: shared tolerances stay unbatched under vmap
+    rtol = jnp.where(tolerances_ok, rtol, 1e-3)
+    atol = jnp.where(tolerances_ok, atol, 1e-6)
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
     if dt0 is None:
         dt0 = initial_step(inner, model.vector_field, ts[0], y0, rtol, atol)

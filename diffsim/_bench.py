@@ -163,7 +163,7 @@ def report(outcomes: list[BenchOutcome], context: dict, plot: str | None = None)
     rows = [[o.name, t["target"], f"{t['measured']:.2f}", "met" if t["met"] else "NOT MET"]
             for o in outcomes for t in o.targets]  # fmt: skip
     rows += [[o.name, "(benchmark failed)", "-", "FAILED"] for o in outcomes if o.status != "ok"]
-    lines.append(_table(rows, ["benchmark", "target", "measured", "status"]) if rows else
+    lines.append(markdown_table(rows, ["benchmark", "target", "measured", "status"]) if rows else
                  "(no targets)")  # fmt: skip
     if plot:
         lines += ["", f"![time against ensemble size]({plot})"]
@@ -220,7 +220,8 @@ def scaling_plot(outcomes: list[BenchOutcome], path: Path) -> bool:
     return True
 
 
-def _table(rows, headers) -> str:
+def markdown_table(rows, headers) -> str:
+    """A Markdown table, columns padded to their widest cell (the benchmarks' tables too)."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
@@ -246,4 +247,4 @@ def summary_table(outcomes: list[BenchOutcome]) -> str:
         met = sum(bool(t["met"]) for t in o.targets)
         rows.append([o.name, o.status, f"{o.seconds:.1f}",
                      f"{met}/{len(o.targets)}" if o.targets else "-"])  # fmt: skip
-    return _table(rows, ["benchmark", "status", "seconds", "targets met"])
+    return markdown_table(rows, ["benchmark", "status", "seconds", "targets met"])

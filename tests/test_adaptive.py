@@ -150,7 +150,9 @@ def test_lean_loop_under_vmap_matches_each_member_alone():
     for i, rho in enumerate(rhos):
         alone_ys, alone_steps = solve(rho)
         assert int(alone_steps) == int(steps[i])
-        np.testing.assert_allclose(ys[i], alone_ys, rtol=1e-6)
+        # float32: batched and single solves fuse their arithmetic differently, so round-off
+        # (~1e-7 an operation) differs; over ~50 steps of 7 stages of Lorenz it stays < 1e-5
+        np.testing.assert_allclose(ys[i], alone_ys, rtol=1e-5)
 
 
 def test_lean_loop_pytree_state_and_failures():

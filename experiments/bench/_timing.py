@@ -6,6 +6,8 @@ import time
 
 import jax
 
+from diffsim._bench import markdown_table as table  # noqa: F401  (the benchmarks' tables)
+
 
 def compile_seconds(jitted, *args) -> tuple[float, object]:
     """Trace + lower + compile time of a `jax.jit` function; returns (seconds, compiled)."""
@@ -66,13 +68,6 @@ def record(workload: str, method: str, **fields) -> dict:
 def collected() -> dict:
     """Everything `record` and `targets_table` were given in this process."""
     return {"records": list(_RECORDS), "targets": list(_TARGETS)}
-
-
-def table(rows, headers) -> str:
-    """A Markdown table."""
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def targets_table(checks) -> str:
