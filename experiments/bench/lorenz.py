@@ -246,11 +246,14 @@ def _rounds(fns: dict, repeats: int, seed: int = 1) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def _ratio_row(label, values, reference):
-    return [
-        label,
-        *(f"{v / reference[n]:.2f}" if v is not None else "-" for n, v in values.items()),
-    ]
+def _compile_and_time(jitted: dict, rho, repeats: int, compile_s: dict):
+    """Compile every method for `rho` (appending the seconds to `compile_s`), then time them in
+    shuffled rounds; returns (the compiled functions, their median run seconds)."""
+    compiled = {}
+    for p, fn in jitted.items():
+        seconds, compiled[p] = compile_seconds(fn, rho)
+        compile_s[p].append(seconds)
+    return compiled, _rounds({p: (lambda c=c: c(rho)) for p, c in compiled.items()}, repeats)
 
 
 def fixed_section(sizes, peers, method, repeats, scipy_sample):
@@ -263,11 +266,7 @@ def fixed_section(sizes, peers, method, repeats, scipy_sample):
     for log2 in sizes:
         n = 2**log2
         rho = rhos(n)
-        compiled = {}
-        for p, fn in jitted.items():
-            seconds, compiled[p] = compile_seconds(fn, rho)
-            compile_s[p].append(seconds)
-        timed = _rounds({p: (lambda c=c: c(rho)) for p, c in compiled.items()}, repeats)
+        compiled, timed = _compile_and_time(jitted, rho, repeats, compile_s)
         for p, c in compiled.items():
             finals[p] = np.asarray(c(rho))
         if "numpy" in peers:
@@ -378,11 +377,7 @@ def adaptive_section(sizes, peers, repeats, rtol=1e-6, atol=1e-6):
     for log2 in sizes:
         n = 2**log2
         rho = rhos(n)
-        compiled = {}
-        for p, fn in jitted.items():
-            seconds, compiled[p] = compile_seconds(fn, rho)
-            compile_s[p].append(seconds)
-        timed = _rounds({p: (lambda c=c: c(rho)) for p, c in compiled.items()}, repeats)
+        compiled, timed = _compile_and_time(jitted, rho, repeats, compile_s)
         for p, c in compiled.items():
             steps[p] = int(np.sum(np.asarray(c(rho)[1])))
         if "torchdiffeq" in peers and _torch_peers.available() is None:
