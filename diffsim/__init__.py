@@ -33,8 +33,10 @@ from ._reproduce import (
     compare_outputs as compare_outputs,
     Outcome as Outcome,
     reproduce as reproduce,
+    ReproduceError as ReproduceError,
 )
 from ._results import (
+    PrecisionWarning as PrecisionWarning,
     result_message as result_message,
     RESULTS as RESULTS,
     SimulationError as SimulationError,

@@ -16,9 +16,10 @@ import optimistix as optx
 from jax import lax
 
 from ._adaptive_loop import initial_step, solve_erk, supports
-from ._events import evaluate, Records, restart_value
+from ._events import evaluate, Records, restart_value, start_value
 from ._results import RESULTS
 from ._solve_common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
+from ._validate import all_finite
 
 
 def _prepare(solver, inner, model, y0, ts, dt0):
@@ -104,13 +105,16 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
     any_reset = any(e.reset is not None for e in events)
     segments = 1 + sum(e.max_events for e in events if not e.terminal) + int(any_reset)
 
+    g0 = tuple(start_value(e, model, ts[0], y0, time_scale) for e in events)
+    # a condition that is not finite at t0 can never be tracked
+    untracked = ~jnp.all(jnp.isfinite(jnp.stack(g0)))
     init = dict(
         t=ts[0],
         y=y0,
-        g=tuple(evaluate(e, ts[0], y0) for e in events),
+        g=g0,
         records=Records.empty(events, y0, dtype),
-        done=jnp.array(False),
-        code=jnp.array(RESULTS.successful, jnp.int32),
+        done=untracked,
+        code=jnp.where(untracked, RESULTS.event_failed, RESULTS.successful).astype(jnp.int32),
         ys=jax.tree.map(lambda x: jnp.full((ts.shape[0],) + x.shape, jnp.nan, x.dtype), y0),
         filled=jnp.zeros(ts.shape[0], bool),
         accepted=jnp.array(0, jnp.int32),
@@ -155,9 +159,16 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
                     y_next,
                 )
         g_next = tuple(restart_value(e, model, t_final, y_next, time_scale) for e in events)
-        failed = active & (out["code"] != RESULTS.successful)
+        # a condition that turned NaN or inf where the state is finite: diffrax would never
+        # see it cross again
+        lost = active & ~jnp.all(jnp.isfinite(jnp.stack(g_next))) & all_finite(y_next)
+        # a reset that returned NaN or inf: nothing can be integrated from there
+        broken = active & fired & ~all_finite(y_next)
+        failed = (active & (out["code"] != RESULTS.successful)) | lost | broken
         code = jnp.where(failed, out["code"], c["code"])
         code = jnp.where(over_limit, RESULTS.event_limit_reached, code)
+        code = jnp.where(lost, RESULTS.event_failed, code)
+        code = jnp.where(broken, RESULTS.nonfinite_state, code)
         new = dict(
             t=t_final,
             y=y_next,
@@ -226,6 +237,14 @@ def _diffeqsolve(
         event=event,
     )
     status = solution.result
+    # With events, an explicit solver has no Newton iteration of its own: a nonlinear failure
+    # is the event's root finder, which cannot locate a crossing of a condition that jumps.
+    explicit = not isinstance(inner, diffrax.AbstractImplicitSolver)
+    nonlinear = (
+        RESULTS.event_failed
+        if conditions is not None and explicit
+        else RESULTS.nonlinear_solver_failed
+    )
     code = jnp.select(
         [
             (status == diffrax.RESULTS.successful) | (status == diffrax.RESULTS.event_occurred),
@@ -238,7 +257,7 @@ def _diffeqsolve(
             RESULTS.successful,
             RESULTS.max_steps_reached,
             RESULTS.step_size_collapsed,
-            RESULTS.nonlinear_solver_failed,
+            nonlinear,
         ],
         RESULTS.solver_failed,
     ).astype(jnp.int32)

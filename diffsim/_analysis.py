@@ -13,8 +13,10 @@ from ._simulate import simulate
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
 from ._solver.stochastic import AbstractStochasticSolver
 from ._validate import (
+    as_state,
     as_state_leaf,
     check_positive_number,
+    check_real,
     check_static_count,
     is_traced,
     nonfinite_leaves,
@@ -112,10 +114,12 @@ def lyapunov_exponent(
                 f"{max(every, count - count % every)}"
             )
     check_positive_number("dt", dt, allow_none=False)
+    if not is_traced(t0):
+        check_real("t0", t0)
     if not isinstance(history, bool):
         raise TypeError(f"history must be True or False, got {history!r}")
 
-    y0 = jax.tree.map(as_state_leaf, y0)
+    y0 = jax.tree.map(as_state_leaf, as_state(y0))
     leaves = jax.tree.leaves(y0)
     if not leaves:
         raise ValueError("y0 is empty: pass the initial state as an array or a pytree of arrays")

@@ -19,9 +19,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._events import crossed, evaluate, Records, restart_value
+from ._events import crossed, evaluate, Records, restart_value, start_value
 from ._results import RESULTS
 from ._solve_common import advance, events_result, guard_inputs, mask_invalid
+from ._validate import all_finite
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
 # superlinearly, so this reaches round-off on any step in double precision.
@@ -61,14 +62,17 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     ys = jax.tree.map(
         lambda x: jnp.full((ts.shape[0],) + x.shape, jnp.nan, x.dtype).at[0].set(x), y0
     )
+    g0 = tuple(start_value(e, model, ts[0], y0, time_scale) for e in events)
+    # a condition that is not finite at t0 can never be tracked
+    untracked = ~jnp.all(jnp.isfinite(jnp.stack(g0)))
     init = dict(
         t=ts[0],
         y=y0,
         j=jnp.array(0, jnp.int32),
-        g=tuple(evaluate(e, ts[0], y0) for e in events),
+        g=g0,
         records=Records.empty(events, y0, dtype),
-        done=jnp.array(False),
-        code=jnp.array(RESULTS.successful, jnp.int32),
+        done=untracked,
+        code=jnp.where(untracked, RESULTS.event_failed, RESULTS.successful).astype(jnp.int32),
         ys=ys,
         last_saved=jnp.array(0, jnp.int32),
         steps=jnp.array(0, jnp.int32),
@@ -133,13 +137,18 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             c["ys"],
         )
         stopped = any_hit & (terminal[which] | over_limit)
+        # a condition that turns NaN or inf where the state is finite: its crossings cannot be
+        # found any more, so the member stops there rather than run on as if it had none
+        lost = ~jnp.all(jnp.isfinite(jnp.stack(g1))) & all_finite(y1)
+        code = jnp.where(over_limit, RESULTS.event_limit_reached, c["code"])
+        code = jnp.where(lost, RESULTS.event_failed, code)
         small = dict(
             t=new["t"],
             y=y_next,
             j=j_next,
             g=new["g"],
-            done=stopped | (j_next >= total),
-            code=jnp.where(over_limit, RESULTS.event_limit_reached, c["code"]).astype(jnp.int32),
+            done=stopped | lost | (j_next >= total),
+            code=code.astype(jnp.int32),
             last_saved=jnp.where(save, interval + 1, c["last_saved"]).astype(jnp.int32),
             steps=c["steps"] + 1,
         )

@@ -11,6 +11,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Event(eqx.Module):
@@ -72,7 +73,11 @@ class Event(eqx.Module):
                 "Event: a terminal event stops the trajectory, so it cannot also reset it; pass "
                 "terminal=False (the default with reset) to restart from reset(t, y)"
             )
-        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+        if (
+            isinstance(max_events, bool)
+            or not isinstance(max_events, (int, np.integer))
+            or max_events < 1
+        ):
             raise ValueError(f"Event: max_events must be an int >= 1, got {max_events!r}")
         if terminal and max_events != 1:
             raise ValueError("Event: a terminal event occurs once; leave max_events at 1")
@@ -86,6 +91,11 @@ class Event(eqx.Module):
 def as_events(events) -> tuple[Event, ...]:
     """`events` as a tuple (a single `Event` or a sequence of them)."""
     single = isinstance(events, Event)
+    if not single and not isinstance(events, (tuple, list)):
+        hint = " (wrap a condition: ds.Event(condition, ...))" if callable(events) else ""
+        raise TypeError(
+            f"events must be a ds.Event or a tuple of them, got {type(events).__name__}{hint}"
+        )
     items = (events,) if single else tuple(events)
     if not items:
         raise ValueError("events is empty: pass a ds.Event or a tuple of them")
@@ -114,15 +124,27 @@ def evaluate(event: Event, t, y):
 
 
 def crossed(event: Event, before, after):
-    """Whether a change of the condition from `before` to `after` counts as this event. A value
-    of exactly zero at the start of a step never fires (see `restart_value`)."""
-    falling = (before > 0) & (after <= 0)
-    rising = (before < 0) & (after >= 0)
+    """Whether a change of the condition from `before` to `after` counts as this event: the
+    sign rule of diffrax's event detection, so that fixed-step and adaptive solvers fire alike
+    (falling: from > 0 to <= 0; rising: from <= 0 to > 0; either: the sign changes). Values of
+    exactly zero at t0 and after an event are first moved off zero (`start_value`,
+    `restart_value`)."""
+    # a NaN is no crossing (the loops flag a condition that stops being finite)
+    finite = jnp.isfinite(before) & jnp.isfinite(after)
+    before, after = jnp.sign(before), jnp.sign(after)
     if event.direction < 0:
-        return falling
+        return finite & (before > 0) & (after <= 0)
     if event.direction > 0:
-        return rising
-    return falling | rising
+        return finite & (before <= 0) & (after > 0)
+    return finite & (before != after)
+
+
+def start_value(event: Event, model, t, y, time_scale):
+    """The condition at t0, as the first crossing test sees it. A condition on zero at t0 (up
+    to round-off) is taken to come from the side opposite to where the flow carries it, so a
+    trajectory that leaves zero in the event's direction fires at t0 (a ball released at the
+    floor with a downward speed bounces at once)."""
+    return _off_zero(event, model, t, y, time_scale, heading=-1)
 
 
 def restart_value(event: Event, model, t, y, time_scale):
@@ -133,12 +155,16 @@ def restart_value(event: Event, model, t, y, time_scale):
     with the sign of the condition's rate along the flow (where the trajectory is heading), so a
     bounce does not fire again at once and a genuine later crossing still does.
     """
+    return _off_zero(event, model, t, y, time_scale, heading=1)
+
+
+def _off_zero(event, model, t, y, time_scale, *, heading: int):
     value, rate = jax.jvp(
         lambda s: evaluate(event, s, _flow(model, s, y, t)), (t,), (jnp.ones_like(t),)
     )
     eps = jnp.finfo(value.dtype).eps
     slack = jnp.abs(rate) * 64 * eps * time_scale
-    return jnp.where(jnp.abs(value) <= slack, jnp.sign(rate) * slack, value)
+    return jnp.where(jnp.abs(value) <= slack, heading * jnp.sign(rate) * slack, value)
 
 
 def _flow(model, s, y, t):

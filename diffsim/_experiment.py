@@ -99,8 +99,15 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
     work = Path(tempfile.mkdtemp(prefix=".running-", dir=out))
     try:
         module = load(path)
+        _check_signature(path.name, module.run)
         with style():
-            record = module.run(work, quick=quick)
+            try:
+                record = module.run(work, quick=quick)
+            except SystemExit as exit:
+                raise ExperimentError(
+                    f"{path.name}: run() called sys.exit({exit.code!r}) instead of returning its "
+                    "record; return {'files': [...], 'config': {...}}"
+                ) from None
         plt.close("all")
         files = _check_record(path.name, record, work)
         for name in files:
@@ -112,6 +119,13 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
     config = record.get("config", {})
     if not isinstance(config, dict):
         raise ExperimentError(f"{path.name}: run()'s 'config' must be a dict, got {config!r}")
+    try:
+        json.dumps(config, default=_plain)
+    except (TypeError, ValueError) as error:
+        raise ExperimentError(
+            f"{path.name}: run()'s 'config' must hold JSON values (numbers, strings, lists, "
+            f"dicts, arrays): {error}"
+        ) from None
     manifest = {
         "experiment": path.stem,
         "title": title(module),
@@ -146,11 +160,21 @@ def _check_record(filename: str, record, work: Path) -> list[str]:
             f"{filename}: run() must return a dict with 'files' (the names it wrote) and "
             f"'config'; got {type(record).__name__}"
         )
-    files = list(dict.fromkeys(record["files"]))
-    for name in files:
+    if not isinstance(record["files"], (list, tuple)):
+        raise ExperimentError(
+            f"{filename}: run()'s 'files' must be a list of the names it wrote, got "
+            f"{type(record['files']).__name__} {record['files']!r}"
+        )
+    for name in record["files"]:
         if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
             raise ExperimentError(f"{filename}: output names must be relative paths inside the "
                                   f"output folder, got {name!r}")  # fmt: skip
+    # one spelling per file ("./a.csv" is "a.csv")
+    files = list(dict.fromkeys(Path(name).as_posix() for name in record["files"]))
+    for name in files:
+        if (work / name).is_dir():
+            raise ExperimentError(f"{filename}: run() listed {name!r}, which is a folder; list "
+                                  "the files in it")  # fmt: skip
         if not (work / name).is_file():
             raise ExperimentError(f"{filename}: run() listed {name!r} but did not write it")
     if MANIFEST in files or LOG in files:
@@ -163,9 +187,26 @@ def _check_record(filename: str, record, work: Path) -> list[str]:
     return sorted(files)
 
 
+def _check_signature(filename: str, run) -> None:
+    import inspect
+
+    try:
+        parameters = inspect.signature(run).parameters
+    except (TypeError, ValueError):
+        return
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if "quick" not in parameters and not takes_any:
+        raise ExperimentError(
+            f"{filename}: run must accept quick: def run(out_dir, quick=False) (the runner "
+            "passes quick=True for the reduced runs of tests and CI)"
+        )
+
+
 def _plain(value):
     """JSON for numpy and JAX scalars and arrays in a config."""
     import numpy as np
 
     array = np.asarray(value)
+    if array.dtype.kind not in "biufUS":
+        raise TypeError(f"a {type(value).__name__} is not a JSON value")
     return array.item() if array.ndim == 0 else array.tolist()

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _fit_optimize as opt
 from ._events import as_events, Event
-from ._fit_data import as_data, Data
+from ._fit_data import as_data, Data, FitWarning
 from ._fit_problem import (
     batchable_windows,
     kind_of,
@@ -26,13 +26,16 @@ from ._model import AbstractODE
 from ._solver.adaptive import Tsit5
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
 from ._uncertainty import analyse
-from ._validate import check_static_count
+from ._validate import (
+    as_state,
+    as_state_leaf,
+    check_key,
+    check_real,
+    check_static_count,
+    probe_indices,
+)
 
 LOSSES = ("squared", "log")
-
-
-class FitWarning(UserWarning):
-    """A fit finished, but something about it needs attention (convergence, identifiability)."""
 
 
 def fit(
@@ -113,6 +116,8 @@ def fit(
     `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
     """
     start_time = time.perf_counter()
+    if key is not None:
+        check_key("key", key)
     setup = _setup(
         model, y0, data, params, initial_state, observe, solver, dt, method, loss, segments,
         starts, bounds, noise, weights, t0, max_iterations, rtol, atol, continuity_weight,
@@ -165,7 +170,26 @@ def _checked_events(events, model):
     """`events` (or `events(model)`) checked: ds.Event(s) without terminal ones."""
     if events is None:
         return None
-    resolved = events(model) if callable(events) and not isinstance(events, Event) else events
+    resolved = events
+    if callable(events) and not isinstance(events, Event):
+        import inspect
+
+        try:
+            takes_one = len(inspect.signature(events).parameters) == 1
+        except (TypeError, ValueError):
+            takes_one = True
+        if not takes_one:
+            raise TypeError(
+                "ds.fit: events as a function must map the model to its events "
+                "(events=lambda m: m.impacts()); for a condition (t, y) -> value, pass "
+                "events=ds.Event(condition, ...)"
+            )
+        resolved = events(model)
+        if resolved is None:
+            raise TypeError(
+                "ds.fit: the events function returned None; it must return a ds.Event or a "
+                "tuple of them"
+            )
     for event in as_events(resolved):
         if event.terminal:
             raise ValueError(
@@ -187,17 +211,33 @@ def _setup(
         raise TypeError(f"solver must be a diffsim solver such as ds.RK4(), got {solver!r}")
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    for name, value in (("segments", segments), ("starts", starts)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if not 0 < level < 1:
+    check_static_count("segments", segments)
+    check_static_count("starts", starts)
+    check_static_count("max_steps", max_steps)
+    if not 0 < check_real("level", level) < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    if not (isinstance(continuity_weight, (int, float)) and continuity_weight > 0):
-        raise ValueError(f"continuity_weight must be a positive number, got {continuity_weight}")
+    check_real("continuity_weight", continuity_weight, positive=True)
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None:
+            check_real(name, value, nonnegative=True)
+    if rtol is not None and atol is not None and rtol == 0 and atol == 0:
+        raise ValueError("rtol and atol cannot both be 0: the fit could never converge")
+    if t0 is not None:
+        check_real("t0", t0)
     data = as_data(data, noise, weights)
-    y0 = jnp.asarray(y0)
-    if not jnp.issubdtype(y0.dtype, jnp.floating):
-        y0 = y0.astype(jnp.result_type(float))
+    y0 = as_state(y0)
+    if isinstance(y0, (tuple, dict)) or isinstance(y0, eqx.Module):
+        raise TypeError(
+            f"ds.fit takes the initial state as one array, got a {type(y0).__name__}; stack "
+            "its components (jnp.concatenate or ds.join_pair for (q, v))"
+        )
+    y0 = jnp.asarray(as_state_leaf(y0))
+    if jnp.issubdtype(y0.dtype, jnp.complexfloating):
+        raise TypeError("y0 is complex: ds.fit fits real states and parameters")
+    if y0.dtype == jnp.float16 or y0.dtype == jnp.bfloat16:
+        raise TypeError(
+            f"y0 is {y0.dtype}: ds.fit computes covariances, which need float32 or float64"
+        )
     if not np.all(np.isfinite(np.asarray(y0))):
         raise ValueError("y0 holds NaN or inf; give a finite initial state (or guess)")
     dtype = y0.dtype
@@ -205,7 +245,7 @@ def _setup(
     state_labels = _state_labels(model, y0)
 
     fields, guesses, names, kinds, lows, highs = [], [], [], [], [], []
-    bounds = dict(bounds or {})
+    bounds = _checked_bounds(bounds)
     selected, bounds_from_params = _select_params(model, params)
     bounds.update(bounds_from_params)
     y0_indices = _select_state(initial_state, state_labels)
@@ -271,6 +311,7 @@ def _setup(
         scale = np.ones_like(values)
     base_scale = scale  # before the missing values are masked: what refits of new data use
     scale = np.where(missing, 0.0, scale)
+    _check_magnitude(values, scale, missing, dtype, loss)
     if isinstance(solver, AbstractFixedStepSolver) and dt is None:
         raise ValueError(
             f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
@@ -323,6 +364,46 @@ def _setup(
     )
 
 
+def _checked_bounds(bounds) -> dict:
+    """`bounds` as a dict name -> (lower, upper), each side a real number or None."""
+    if bounds is None:
+        return {}
+    if not isinstance(bounds, dict):
+        raise TypeError(
+            f"bounds must be a dict name -> (lower, upper), got {type(bounds).__name__}"
+        )
+    checked = {}
+    for name, spec in bounds.items():
+        if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
+            raise ValueError(
+                f"bounds[{name!r}] must be (lower, upper), with None for an open side; got "
+                f"{spec!r}"
+            )
+        for side, value in zip(("lower", "upper"), spec):
+            if value is not None:
+                check_real(f"bounds[{name!r}] {side}", value, finite=False)
+                if np.isnan(value):
+                    raise ValueError(f"bounds[{name!r}] {side} is NaN; use None for no bound")
+        checked[name] = tuple(spec)
+    return checked
+
+
+def _check_magnitude(values, scale, missing, dtype, loss) -> None:
+    """The scaled data must leave room for their squares summed in `dtype` (else the loss is
+    inf at every guess, which would read as a model that cannot be simulated)."""
+    if loss == "log":
+        return
+    largest = float(np.max(np.abs(np.where(missing, 0.0, values) * scale)))
+    room = float(np.sqrt(np.finfo(dtype).max / values.size)) / 1e3
+    if largest > room:
+        raise ValueError(
+            f"the data reach {largest:.3g} (in units of their noise, where given): their "
+            f"squared residuals overflow {np.dtype(dtype).name}. Rescale the data (and the "
+            "model) to units in which the values are of order one, or use loss='log' for "
+            "positive data spanning many orders of magnitude"
+        )
+
+
 def _state_labels(model, y0) -> list[str]:
     names = model.state_names
     if names is not None and y0.ndim == 1 and len(names) == y0.shape[0]:
@@ -349,8 +430,13 @@ def _select_params(model, params) -> tuple[list[str], dict]:
                 bounds[name] = tuple(spec)
     elif params is None:
         names = []
-    else:
+    elif isinstance(params, (list, tuple)) and all(isinstance(n, str) for n in params):
         names = list(params)
+    else:
+        raise TypeError(
+            "params must be a parameter name, a list of names, a dict name -> (lower, upper) "
+            f"or a function (name, value) -> bool; got {params!r}"
+        )
     for name in names:
         if name not in fields:
             raise ValueError(
@@ -370,14 +456,24 @@ def _select_params(model, params) -> tuple[list[str], dict]:
 
 
 def _select_state(initial_state, labels) -> list[int]:
-    if initial_state is True:
-        return list(range(len(labels)))
-    if initial_state is False or initial_state is None:
+    if isinstance(initial_state, (bool, np.bool_)):
+        return list(range(len(labels))) if initial_state else []
+    if initial_state is None:
         return []
     single = isinstance(initial_state, (str, int, np.integer))
+    if not single and not isinstance(initial_state, (list, tuple, np.ndarray)):
+        raise TypeError(
+            "initial_state must be True, False or a list of state indices or names, got "
+            f"{initial_state!r}"
+        )
     items = [initial_state] if single else list(initial_state)
     indices = []
     for item in items:
+        if isinstance(item, (bool, np.bool_)):
+            raise TypeError(
+                f"initial_state lists {item!r}: give the fitted components by index or name "
+                f"(e.g. initial_state=[0] or ['{labels[0]}']), not as a mask"
+            )
         if isinstance(item, str):
             if item not in labels:
                 raise ValueError(f"initial_state names {item!r}; the state's names: {labels}")
@@ -406,9 +502,12 @@ def _check_observe(model, y0, observe, num_observables, data) -> None:
     if not callable(observe):
         raise TypeError(f"observe must be a function state -> observable, got {observe!r}")
     try:
-        out = jax.eval_shape(observe, y0)
+        out = jax.eval_shape(lambda y: jnp.asarray(observe(y)), y0)
     except Exception as error:
         raise ValueError(f"observe failed on a state of shape {y0.shape}: {error}") from error
+    probe_indices("observe", observe, y0)
+    if not jnp.issubdtype(out.dtype, jnp.inexact):
+        raise TypeError(f"observe must return floats (what was measured), got {out.dtype}")
     size = math.prod(out.shape)
     if size != num_observables:
         raise ValueError(

@@ -19,18 +19,39 @@
     noise = 0.1                              # optional: known noise standard deviation
     t0 = 1900.0                              # optional: time of y0 (default: first data time)
     bounds = { "y0[prey]" = [0.0, inf] }     # optional (lower, upper)
+    na_values = ["n/a"]                      # optional: texts in the CSV that mark missing values
     dtype = "float64"                        # or "float32"
     out = "out/fit_lynx_hare"                # summary.txt, fit.json, fit.png go here
 """
 
 import os
 
-from ._config import ConfigError, load_toml, model_from, solver_from
+from ._config import (
+    check_types,
+    ConfigError,
+    INTEGER,
+    load_toml,
+    model_from,
+    NUMBER,
+    NUMBERS,
+    solver_from,
+    TABLE,
+    TEXT,
+    TEXTS,
+)
 
 _KEYS = {
     "description", "model", "parameters", "y0", "data", "time", "columns", "fit",
     "initial_state", "observe", "solver", "dt", "method", "loss", "segments", "starts", "seed",
-    "noise", "t0", "bounds", "dtype", "out", "max_iterations",
+    "noise", "t0", "bounds", "dtype", "out", "max_iterations", "na_values",
+}
+_KINDS = {
+    "description": TEXT, "model": TEXT, "parameters": TABLE, "y0": NUMBERS, "data": TEXT,
+    "time": TEXT, "columns": TEXTS, "fit": (TEXT, TEXTS), "initial_state": (bool, TEXTS, NUMBERS),
+    "observe": NUMBERS, "solver": (TEXT, TABLE), "dt": NUMBER, "method": TEXT, "loss": TEXT,
+    "segments": INTEGER, "starts": INTEGER, "seed": INTEGER, "noise": (NUMBER, NUMBERS),
+    "t0": NUMBER, "bounds": TABLE, "dtype": TEXT, "out": TEXT, "max_iterations": INTEGER,
+    "na_values": TEXTS,
 }
 _REQUIRED = ("model", "y0", "data", "fit", "out")
 
@@ -44,10 +65,26 @@ def load(path: str) -> dict:
     missing = [k for k in _REQUIRED if k not in config]
     if missing:
         raise FitConfigError(f"{path}: missing {', '.join(missing)}")
+    check_types(path, config, _KINDS, FitConfigError)
     if config.get("dtype", "float64") not in ("float32", "float64"):
         raise FitConfigError(f"{path}: dtype must be float32 or float64, got {config['dtype']!r}")
+    for name, spec in config.get("bounds", {}).items():
+        if not (isinstance(spec, list) and len(spec) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec
+        )):  # fmt: skip
+            raise FitConfigError(
+                f"{path}: bounds.{name} must be [lower, upper] (numbers; -inf / inf for an "
+                f"open side), got {spec!r}"
+            )
     # the data file is named relative to the config file
-    config["data"] = os.path.join(os.path.dirname(os.path.abspath(path)), config["data"])
+    data = os.path.join(os.path.dirname(os.path.abspath(path)), config["data"])
+    if not os.path.isfile(data):
+        what = "is a folder" if os.path.isdir(data) else "does not exist"
+        raise FitConfigError(
+            f"{path}: data = {config['data']!r} {what} ({data}); name the CSV file of the "
+            "observations, relative to the config file"
+        )
+    config["data"] = data
     return config
 
 
@@ -59,12 +96,28 @@ def fit_arguments(config: dict) -> dict:
     import diffsim as ds
 
     dtype = jnp.dtype(config.get("dtype", "float64"))
-    data = ds.Data.from_csv(config["data"], time=config.get("time"), columns=config.get("columns"))
+    data = ds.Data.from_csv(
+        config["data"],
+        time=config.get("time"),
+        columns=config.get("columns"),
+        na_values=tuple(config.get("na_values", ())),
+    )
     observe = None
     if "observe" in config:
         indices = config["observe"]
-        if not (isinstance(indices, list) and all(isinstance(i, int) for i in indices)):
+        size = len(config["y0"])
+        if not (
+            isinstance(indices, list)
+            and indices
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in indices)
+        ):
             raise FitConfigError(f"observe must be a list of state indices, got {indices!r}")
+        outside = [i for i in indices if not -size <= i < size]
+        if outside:
+            raise FitConfigError(
+                f"observe lists {outside}, outside the state's {size} components (indices "
+                f"0 to {size - 1}, or negative from the end)"
+            )
         observe = _ObserveComponents(tuple(indices))
     bounds = {k: tuple(v) for k, v in config.get("bounds", {}).items()}
     arguments = dict(
@@ -98,7 +151,9 @@ class _ObserveComponents:
         self.indices = indices
 
     def __call__(self, y):
-        return y[list(self.indices)]
+        import jax.numpy as jnp
+
+        return y[jnp.asarray(self.indices)]
 
     def __hash__(self):
         return hash(self.indices)

@@ -21,7 +21,10 @@ METHODS = ("lm", "gauss-newton", "bfgs")
 CONVERGED, MAX_STEPS, NONFINITE, FAILED = 0, 1, 2, 3
 REASONS = {
     CONVERGED: "converged: the step and the change of the loss fell below rtol/atol",
-    MAX_STEPS: "stopped at max_steps before converging: raise max_steps or improve the guess",
+    MAX_STEPS: (
+        "stopped after max_iterations iterations before converging: raise max_iterations or "
+        "improve the guess"
+    ),
     NONFINITE: "the iterate became non-finite (the model could not be simulated there)",
     FAILED: "the optimiser failed (e.g. a singular linear solve); try method='lm'",
 }

@@ -34,10 +34,11 @@ def parameter(
     Every parameter must be finite.
     """
     optional = optional or default is None
+    constraint = dict(positive=positive, nonnegative=nonnegative, ndim=ndim, optional=optional)
     return eqx.field(
         default=default,
         converter=as_optional_parameter if optional else as_parameter,
-        metadata={_METADATA_KEY: dict(positive=positive, nonnegative=nonnegative, ndim=ndim)},
+        metadata={_METADATA_KEY: constraint},
     )
 
 

@@ -48,6 +48,7 @@ def save(fig, out_dir: str | Path, name: str, *, formats: Sequence[str] = ("png"
     }
     import matplotlib
 
+    formats = (formats,) if isinstance(formats, str) else tuple(formats)
     unknown = sorted(set(formats) - set(stamps))
     if unknown:
         raise ValueError(f"save: unknown formats {unknown}; choose from {sorted(stamps)}")
@@ -84,10 +85,33 @@ def _states(ys) -> np.ndarray:
 def _names(names, count: int) -> list[str]:
     if names is None:
         return [f"y[{i}]" for i in range(count)]
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of labels, one per component, got {names!r}")
     names = list(names)
     if len(names) != count:
         raise ValueError(f"got {len(names)} names for {count} state components")
     return names
+
+
+def _components(which, count: int, what: str = "component") -> None:
+    """Indices into `count` state components, checked (NumPy would raise its own error)."""
+    for i in which:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -count <= i < count:
+            raise ValueError(
+                f"{what} {i!r} is not an index of the {count} state components (0 to "
+                f"{count - 1})"
+            )
+
+
+def _solution(solution, function: str):
+    from ._simulate import Solution
+
+    if not isinstance(solution, Solution):
+        raise TypeError(
+            f"ds.plot.{function} takes a ds.Solution (from ds.simulate), got "
+            f"{type(solution).__name__}"
+        )
+    return solution
 
 
 def trajectory(solution, *, names: Sequence[str] | None = None,
@@ -100,9 +124,12 @@ def trajectory(solution, *, names: Sequence[str] | None = None,
 
     **Returns:** the figure.
     """
+    solution = _solution(solution, "trajectory")
     ts = np.asarray(solution.ts)
     states = _states(solution.ys)
     labels = _names(names, states.shape[1])
+    if components is not None:
+        _components(components, states.shape[1])
     fig, ax = _figure_and_axes(ax, figsize=(6.0, 3.6), layout="constrained")
     for i in range(states.shape[1]) if components is None else components:
         ax.plot(ts, states[:, i], label=labels[i], **plot_kwargs)
@@ -136,6 +163,7 @@ def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | Non
                 f"components), got shape {paths.shape}"
             )
     labels = _names(names, paths.shape[2])
+    _components([x, y], paths.shape[2], "axis component")
     fig, ax = _figure_and_axes(ax, figsize=(4.8, 4.2), layout="constrained")
     kwargs = {"lw": 0.8, **plot_kwargs}
     for path in paths:
@@ -199,6 +227,13 @@ def fit(result, *, points: int = 400):
     """
     import matplotlib.pyplot as plt
 
+    from ._fit_result import FitResult
+
+    if not isinstance(result, FitResult):
+        raise TypeError(f"ds.plot.fit takes a ds.FitResult (from ds.fit), got "
+                        f"{type(result).__name__}")  # fmt: skip
+    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 2:
+        raise ValueError(f"points must be an int >= 2 (times of the drawn curve), got {points!r}")
     ts, curve = result.curve(points)
     data = result.data
     values = data.values.reshape(len(data.ts), -1)

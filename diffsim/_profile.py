@@ -10,6 +10,7 @@ import numpy as np
 from . import _fit_optimize as opt
 from ._fit_result import FitResult
 from ._uncertainty import chi2_quantile_1dof
+from ._validate import check_real
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +83,24 @@ def profile(
 
     **Returns:** a `ds.Profile` with the likelihood-based `interval`.
     """
+    if not isinstance(result, FitResult):
+        raise TypeError(f"profile takes the ds.FitResult of ds.fit, got {type(result).__name__}")
     if name not in result.names:
         raise ValueError(f"{name!r} is not a fitted unknown; the fit has: {list(result.names)}")
-    if isinstance(points, bool) or not isinstance(points, int) or points < 3:
+    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 3:
         raise ValueError(f"points must be an int >= 3, got {points!r}")
-    level = result.level if level is None else level
+    points = int(points)
+    level = result.level if level is None else check_real("level", level)
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
+    if range is None:
+        check_real("span", span, positive=True)
+    else:
+        if not (isinstance(range, (tuple, list)) and len(range) == 2):
+            raise TypeError(f"range must be (low, high), got {range!r}")
+        low, high = (check_real("range", v) for v in range)
+        if not low < high:
+            raise ValueError(f"range must have low < high, got {range!r}")
     problem = result._problem
     j = result.names.index(name)
     estimate = result.params[name]

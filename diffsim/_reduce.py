@@ -6,6 +6,7 @@ grow with the number of members, not with members × times.
 
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -66,9 +67,19 @@ def name_outputs(tree) -> dict[str, jax.Array]:
         if not isinstance(key, str) or not key.isidentifier():
             raise ValueError(f"reduce output names must be identifiers, got {key!r}")
         leaves = jax.tree.leaves(value)
+        if not leaves:
+            raise ValueError(f"the reduce output {key!r} holds no arrays (got {value!r})")
+        for leaf in leaves:
+            if not (isinstance(leaf, (int, float, bool)) or eqx.is_array(leaf)) or not (
+                jnp.issubdtype(jnp.result_type(leaf), jnp.number)
+                or jnp.result_type(leaf) == jnp.bool_
+            ):
+                raise TypeError(
+                    f"the reduce output {key!r} must be numbers (arrays), got {leaf!r}"
+                )
         if len(leaves) == 1 and not isinstance(value, (tuple, list, dict)):
-            named[key] = leaves[0]
+            named[key] = jnp.asarray(leaves[0])
         else:
             for i, leaf in enumerate(leaves):
-                named[f"{key}_{i}"] = leaf
+                named[f"{key}_{i}"] = jnp.asarray(leaf)
     return named

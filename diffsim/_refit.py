@@ -10,6 +10,7 @@ import numpy as np
 from . import _fit_optimize as opt
 from ._fit_result import FitResult
 from ._uncertainty import quantile
+from ._validate import check_real
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class FitBatch:
         for name, value in truth.items():
             if name not in self.intervals:
                 raise ValueError(f"{name!r} is not fitted; fitted: {list(self.names)}")
+            check_real(f"truth[{name!r}]", value)
             low, high = self.intervals[name][ok, 0], self.intervals[name][ok, 1]
             out[name] = float(np.mean((low <= value) & (value <= high)))
         return out
@@ -56,9 +58,14 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     Multiple shooting and multiple starts are not repeated: each replicate is refined by
     single shooting from its start.
     """
+    if not isinstance(result, FitResult):
+        raise TypeError(f"refit takes the ds.FitResult of ds.fit, got {type(result).__name__}")
     problem = result._problem
     shape = result.data.values.shape
-    values = np.asarray(values, np.float64)
+    values = np.asarray(values)
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"values must be real numbers, got an array of dtype {values.dtype}")
+    values = values.astype(np.float64)
     if values.ndim != len(shape) + 1 or values.shape[1:] != shape:
         raise ValueError(
             f"values must have shape (replicates, *{shape}) (one dataset like the fitted one "
@@ -68,6 +75,13 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
         raise ValueError(f"start must be 'guess' or 'fit', got {start!r}")
     flat = values.reshape(values.shape[0], *problem.values.shape)
     missing = np.isnan(flat)
+    if np.any(np.isinf(flat)):
+        raise ValueError("values hold inf; mark missing values with NaN instead")
+    empty = np.flatnonzero(missing.reshape(missing.shape[0], -1).all(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"replicate(s) {empty[:8].tolist()} hold no values (all NaN): there is nothing to fit"
+        )
     if result.log_loss and np.any(flat[~missing] <= 0):
         raise ValueError("loss='log' needs positive data, but some values are <= 0")
     dtype = problem.y0.dtype

@@ -9,16 +9,23 @@ with its output and log in `out/<name>/`, so that one failure, crash or leak of 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from . import _provenance
 from ._experiment import kind, LOG, MANIFEST
+
+
+class ReproduceError(ValueError):
+    """An output or reference folder that `ds.reproduce` cannot use: a manifest it did not
+    write (a rerun deletes the files a manifest lists, so such a folder is refused), or a
+    folder that cannot be created or written. The message names the path and what to do."""
 
 
 @dataclasses.dataclass
@@ -45,12 +52,23 @@ def discover(folder: str | Path, what: str = "experiments") -> dict[str, Path]:
     """Module name → file: every `*.py` in `folder` not starting with `_` (the experiments of
     `diffsim reproduce`, or with `what="benchmarks"` those of `diffsim bench`)."""
     folder = Path(folder)
+    if folder.is_file():
+        raise ValueError(
+            f"--{what} takes a folder of modules, but {str(folder)!r} is a file: pass its "
+            f"folder ({str(folder.parent)!r}) and name the module ({folder.stem!r})"
+        )
     if not folder.is_dir():
         raise FileNotFoundError(
             f"no {what} folder {str(folder)!r}: run from the repository root or pass "
             f"--{what} DIR"
         )
-    return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
+    found = {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
+    if not found:
+        raise ValueError(
+            f"the {what} folder {str(folder)!r} holds no modules (*.py files not starting "
+            "with _)"
+        )
+    return found
 
 
 def reproduce(names=None, *, experiments: str | Path = "experiments", out: str | Path | None = None,
@@ -119,6 +137,7 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
     out = Path(out)
     if check is not None and out.resolve() == Path(check).resolve():
         raise ValueError("--out must differ from the folder checked against")
+    _prepare_out(out, [name for name in chosen if name not in skipped])
 
     lock = threading.Lock()
     done = [0]
@@ -148,6 +167,33 @@ def reproduce(names=None, *, experiments: str | Path = "experiments", out: str |
         return list(pool.map(one, chosen))
 
 
+def _prepare_out(out: Path, names: list[str]) -> None:
+    """Before anything runs: every experiment's output folder is one diffsim may clear (no
+    foreign manifest) and write; else `ReproduceError` naming each folder."""
+    problems = []
+    for name in names:
+        folder = out / name
+        if folder.exists() and not folder.is_dir():
+            problems.append(f"{str(folder)!r} is a file, not a folder: choose another --out")
+            continue
+        _, problem = _load_manifest(folder)
+        if problem is not None:
+            problems.append(_foreign(folder, problem))
+    if problems:
+        raise ReproduceError("; ".join(problems))
+    try:
+        for name in names:
+            (out / name).mkdir(parents=True, exist_ok=True)
+            probe = out / name / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+    except OSError as error:
+        raise ReproduceError(
+            f"cannot write the outputs into {str(out)!r} ({error.strerror or error}: "
+            f"{error.filename or out}): choose a writable --out"
+        ) from None
+
+
 def _run_one(name: str, path: Path, out_dir: Path, quick: bool) -> Outcome:
     _clear(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -174,8 +220,12 @@ def _run_one(name: str, path: Path, out_dir: Path, quick: bool) -> Outcome:
 
 def _clear(out_dir: Path) -> None:
     """Remove what an earlier run of this experiment wrote here (the files its manifest lists,
-    the manifest and the log), so that a stale file can never pass for a new one."""
-    manifest = _read_manifest(out_dir)
+    the manifest and the log), so that a stale file can never pass for a new one. Only a
+    manifest that `_manifest_problem` accepts is followed: every file it lists lies inside
+    `out_dir` (`reproduce` refuses the folder before anything runs otherwise)."""
+    manifest, problem = _load_manifest(out_dir)
+    if problem is not None:  # checked up front; kept here so that no caller can skip it
+        raise ReproduceError(_foreign(out_dir, problem))
     for name in [] if manifest is None else manifest["files"]:
         (out_dir / name).unlink(missing_ok=True)
     for name in (MANIFEST, LOG):
@@ -183,17 +233,73 @@ def _clear(out_dir: Path) -> None:
 
 
 def _read_manifest(folder: Path) -> dict | None:
-    """The manifest in `folder`, or None when there is none or it is not one."""
+    """The manifest in `folder`, or None when there is none or it is not one of ours."""
+    manifest, problem = _load_manifest(folder)
+    return None if problem is not None else manifest
+
+
+def _load_manifest(folder: Path) -> tuple[dict | None, str | None]:
+    """(manifest, None) for a manifest that `diffsim reproduce` could have written, (None,
+    None) when there is none, (None, why) when `folder/manifest.json` is not such a manifest."""
+    path = Path(folder) / MANIFEST
+    if not path.exists() and not path.is_symlink():
+        return None, None
+    if path.is_symlink() or not path.is_file():
+        return None, "it is not a regular file"
     try:
-        manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not all(
-        isinstance(v, dict) and "sha256" in v for v in files.values()
-    ):
-        return None
-    return manifest
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        return None, f"it cannot be read ({error.__class__.__name__}: {error})"
+    except ValueError as error:
+        return None, f"it is not valid JSON ({error})"
+    problem = _manifest_problem(Path(folder), manifest)
+    return (None, problem) if problem is not None else (manifest, None)
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _manifest_problem(folder: Path, manifest) -> str | None:
+    """Why `manifest` (parsed JSON) cannot be a manifest of `folder` written by
+    `run_experiment`, or None. A manifest decides which files a rerun deletes and which a
+    check reads, so every path it lists must be a plain relative name of a regular file inside
+    `folder`: no absolute path, no `..`, no link that leads out."""
+    if not isinstance(manifest, dict):
+        return f"it holds a JSON {type(manifest).__name__}, not an object"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "its 'files' is not an object name -> {kind, bytes, sha256}"
+    if "quick" in manifest and not isinstance(manifest["quick"], bool):
+        return f"its 'quick' is {manifest['quick']!r}, not true or false"
+    root = os.path.realpath(folder)
+    for name, entry in files.items():
+        shown = name if len(name) <= 80 else name[:80] + "…"
+        if not name or "\x00" in name or "\\" in name:
+            return f"it lists the file name {shown!r}"
+        parts = PurePosixPath(name).parts
+        if PurePosixPath(name).is_absolute() or PureWindowsPath(name).drive or ".." in parts:
+            return f"it lists {shown!r}, a path outside {str(folder)!r}"
+        if name in (MANIFEST, LOG):
+            return f"it lists {name}, which is the runner's own file"
+        target = Path(folder) / name
+        resolved = os.path.realpath(target)
+        if os.path.commonpath([root, resolved]) != root:
+            return f"it lists {shown!r}, which leads outside {str(folder)!r} (through a link)"
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            return f"it lists {shown!r}, which is not a regular file"
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                and _SHA256.match(entry["sha256"])):  # fmt: skip
+            return f"its entry for {shown!r} has no SHA-256 (64 hex digits)"
+    return None
+
+
+def _foreign(folder: Path, problem: str) -> str:
+    return (
+        f"{str(Path(folder) / MANIFEST)!r} is not a manifest that diffsim reproduce wrote: "
+        f"{problem}. A rerun deletes the files a manifest lists, so this folder is refused; "
+        "remove that manifest (or the folder) if its files are yours to lose, or choose "
+        "another --out"
+    )
 
 
 def _references(folder) -> tuple[dict[str, dict], dict[str, str]]:
@@ -206,11 +312,13 @@ def _references(folder) -> tuple[dict[str, dict], dict[str, str]]:
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         if not ((sub / MANIFEST).exists() or (sub / LOG).exists()):
             continue
-        manifest = _read_manifest(sub)
+        manifest, problem = _load_manifest(sub)
         if manifest is not None:
             manifests[sub.name] = manifest
-        elif (sub / MANIFEST).exists():
-            unusable[sub.name] = f"{sub / MANIFEST} is not a manifest of diffsim reproduce"
+        elif problem is not None:
+            unusable[sub.name] = (
+                f"{sub / MANIFEST} is not a manifest of diffsim reproduce: {problem}"
+            )
         else:
             unusable[sub.name] = f"its reference run failed (no manifest; see {sub / LOG})"
     return manifests, unusable

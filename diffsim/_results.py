@@ -14,8 +14,9 @@ class RESULTS(enum.IntEnum):
 
     `successful` (0), `invalid_input` (1), `max_steps_reached` (2), `step_size_collapsed` (3),
     `nonlinear_solver_failed` (4), `solver_failed` (5), `nonfinite_state` (6),
-    `event_limit_reached` (7). `RESULTS(code).message` (or `ds.result_message(code)`) says what
-    went wrong and what to do. Sweep stores hold -1 for members not computed yet."""
+    `event_limit_reached` (7), `event_failed` (8). `RESULTS(code).message` (or
+    `ds.result_message(code)`) says what went wrong and what to do. Sweep stores hold -1 for
+    members not computed yet."""
 
     successful = 0
     invalid_input = 1
@@ -25,6 +26,7 @@ class RESULTS(enum.IntEnum):
     solver_failed = 5
     nonfinite_state = 6
     event_limit_reached = 7
+    event_failed = 8
 
     @property
     def message(self) -> str:
@@ -61,15 +63,27 @@ _MESSAGES = {
         "bouncing ball with restitution < 1 bounces infinitely often before it comes to rest, so "
         "end the simulation earlier or add a terminal event for the resting state)"
     ),
+    RESULTS.event_failed: (
+        "an event could not be tracked: its condition returned NaN or inf at a finite state, or "
+        "its crossing could not be located (a condition that jumps, like a step function, has "
+        "no zero for the root finder to find). Write the condition as a continuous signed "
+        "distance that is finite wherever the state is (e.g. y[0] - level)"
+    ),
 }
+
+
+class PrecisionWarning(UserWarning):
+    """A solve asks for more than its floating-point type resolves: a fixed step below the
+    spacing of the times it steps through, or tolerances below the type's epsilon. The result
+    is then dominated by rounding (a state can freeze at its initial value)."""
 
 
 class SimulationError(RuntimeError):
     """Raised by `simulate(..., throw=True)` when a solve does not succeed."""
 
-    def __init__(self, code: RESULTS, detail: str = ""):
+    def __init__(self, code: RESULTS, detail: str = "", message: str | None = None):
         self.code = code
-        text = f"simulation failed ({code.name}): {code.message}"
+        text = f"simulation failed ({code.name}): {code.message if message is None else message}"
         super().__init__(text + (f". {detail}" if detail else ""))
 
 

@@ -10,6 +10,8 @@ import math
 import jax
 import numpy as np
 
+from ._validate import check_key, check_static_count
+
 
 class Samples:
     """Zipped samples for `ds.sweep`: member `i` takes `values[name][i]` for every name.
@@ -55,6 +57,8 @@ class Samples:
         sample, at a uniform position inside it; strata are paired across parameters by
         independent random permutations drawn from `key` (a `jax.random` key). Names in `log`
         are sampled uniformly in log space (both bounds must be > 0)."""
+        check_key("key", key)
+        _check_bounds_and_log(bounds, log)
         unit = _latin_hypercube_unit(key, n, len(bounds))
         return cls(_scale(unit, bounds, log))
 
@@ -64,6 +68,8 @@ class Samples:
         of `bounds`) scaled to the box `bounds` (name → `(low, high)`), skipping the first `skip`
         points. Deterministic and low-discrepancy; best for up to ~10 parameters (higher bases
         correlate). Names in `log` are sampled uniformly in log space."""
+        _check_bounds_and_log(bounds, log)
+        check_static_count("skip", skip, minimum=0)
         unit = _halton_unit(n, len(bounds), skip)
         return cls(_scale(unit, bounds, log))
 
@@ -95,9 +101,15 @@ def _halton_unit(n: int, dims: int, skip: int) -> np.ndarray:
     return unit
 
 
-def _scale(unit: np.ndarray, bounds: dict, log) -> dict:
+def _check_bounds_and_log(bounds, log) -> None:
     if not isinstance(bounds, dict) or not bounds:
         raise TypeError(f"bounds must be a non-empty dict name -> (low, high), got {bounds!r}")
+    if isinstance(log, str) or not isinstance(log, (list, tuple, set)):
+        raise TypeError(f"log must be a list of names, e.g. log=['{next(iter(bounds))}'], got "
+                        f"{log!r}")  # fmt: skip
+
+
+def _scale(unit: np.ndarray, bounds: dict, log) -> dict:
     unknown = set(log) - set(bounds)
     if unknown:
         raise ValueError(f"log names {sorted(unknown)} are not in bounds {list(bounds)}")
@@ -114,6 +126,10 @@ def _scale(unit: np.ndarray, bounds: dict, log) -> dict:
 
 
 def _bound(name, bound) -> tuple[float, float]:
+    if not (isinstance(bound, (list, tuple, np.ndarray)) and len(bound) == 2) or any(
+        isinstance(b, (str, bytes, bool)) for b in bound
+    ):
+        raise TypeError(f"bound of {name!r} must be (low, high), got {bound!r}")
     try:
         low, high = (float(b) for b in bound)
     except (TypeError, ValueError):
@@ -124,8 +140,9 @@ def _bound(name, bound) -> tuple[float, float]:
 
 
 def _check_count(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"the number of samples must be an int >= 1, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"the number of samples n must be an int, got {n!r}")
+    check_static_count("the number of samples n", n)
 
 
 def _primes(count: int) -> list[int]:

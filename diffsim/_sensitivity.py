@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from ._simulate import simulate
+from ._validate import as_state, as_state_leaf
 
 
 def jacobian(fn, x, *, mode: str = "auto"):
@@ -44,12 +45,25 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
         def run_y0(initial):
             return simulate(model, initial, ts, solver=solver, **options).ys
 
+        # an integer state is read as floats by simulate; so it is differentiated
+        y0 = jax.tree.map(as_state_leaf, as_state(y0))
         return {"y0": jacobian(run_y0, y0, mode=mode)}
+    if isinstance(wrt, str) and wrt != "parameters":
+        wrt = (wrt,)  # one name, not its letters
     names = _parameter_names(model) if wrt == "parameters" else tuple(wrt)
+    known = ", ".join(_parameter_names(model))
     for name in names:
         if not any(f.name == name for f in dataclasses.fields(model)):
-            known = ", ".join(_parameter_names(model))
-            raise ValueError(f"{type(model).__name__} has no parameter {name!r}; it has: {known}")
+            raise ValueError(
+                f"{type(model).__name__} has no parameter {name!r}; it has: {known} (or "
+                "wrt='y0' for the initial state)"
+            )
+        if not eqx.is_inexact_array(getattr(model, name)):
+            raise ValueError(
+                f"{type(model).__name__}.{name} is {getattr(model, name)!r}, not a floating "
+                f"array, so nothing can be differentiated with respect to it; its floating "
+                f"parameters: {known}"
+            )
     values = {name: getattr(model, name) for name in names}
 
     def run(values):

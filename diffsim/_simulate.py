@@ -18,17 +18,25 @@ from ._events import as_events, evaluate, Event
 from ._model import AbstractODE, AbstractSDE
 from ._results import RESULTS, SimulationError
 from ._solve_common import advance, guard_inputs, mask_invalid, nonfinite_code
-from ._solver.adaptive import AbstractAdaptiveSolver
+from ._solver.adaptive import (
+    AbstractAdaptiveSolver,
+    unresolved_tolerance,
+    warn_unresolved_tolerance,
+)
 from ._solver.base import AbstractFixedStepSolver, AbstractSolver
 from ._solver.stochastic import AbstractStochasticSolver
-from ._time_grid import check_ts, plan_fixed_steps
+from ._time_grid import check_ts, plan_fixed_steps, warn_unresolved_step
 from ._validate import (
     any_traced,
+    as_state,
     as_state_leaf,
+    check_key,
     check_positive_number,
     check_static_count,
     is_traced,
+    MAX_COUNT,
     nonfinite_leaves,
+    probe_indices,
 )
 
 
@@ -165,10 +173,10 @@ def simulate(
     # array is already a traced value.
     host_ts = ts if is_traced(ts) else np.asarray(ts)
     ts = ts if is_traced(ts) else jnp.asarray(ts)
-    check_ts(host_ts)
-    y0 = jax.tree.map(as_state_leaf, y0)
+    y0 = jax.tree.map(as_state_leaf, as_state(y0))
     real_dtype = _real_dtype(y0)
     _check_finite_inputs(model, y0)
+    check_ts(host_ts, real_dtype)
     model = _cast_floats(model, real_dtype)
     times = ts.astype(real_dtype)
     _once(_check_state, model, y0, times[0])
@@ -179,6 +187,8 @@ def simulate(
             f"{type(model).__name__} is a stochastic model: solve it with a stochastic solver "
             "(ds.EulerMaruyama() or ds.Milstein()) and a key"
         )
+    if key is not None:
+        check_key("key", key)
     if stochastic != (key is not None):
         raise ValueError(
             "a stochastic solver needs key=jax.random.key(...) (the Brownian path's seed)"
@@ -195,6 +205,8 @@ def simulate(
                 "stop condition of a stochastic model, step it with ds.iterate(step, state, key, "
                 "stop=...) under jax.vmap"
             )
+        # arrays an event holds (a restitution, a level) compute in the state's precision
+        event_list = _cast_floats(event_list, real_dtype)
         _once(_check_events, event_list, times[0], y0)
     records = reached = None
     if isinstance(solver, AbstractFixedStepSolver):
@@ -203,6 +215,9 @@ def simulate(
         if adjoint != "auto":
             raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
         total = plan.steps_per_save * (times.shape[0] - 1)
+        _check_step_count(total, event_list)
+        if not is_traced(host_ts):
+            warn_unresolved_step(host_ts, plan, real_dtype)
     if isinstance(solver, AbstractFixedStepSolver) and event_list is not None:
         counts = (
             np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
@@ -243,6 +258,8 @@ def simulate(
             )
         check_positive_number("dt", dt)
         check_static_count("max_steps", max_steps)
+        warn_unresolved_tolerance(solver, real_dtype)
+        _check_tolerance_shape(solver, y0)
         if dt is not None and not is_traced(dt):
             # an array, not a Python float: the jitted solve would treat a float as static
             # and compile again for every new initial step
@@ -293,7 +310,7 @@ def simulate(
             event_count=event_count,
             reached=reached,
         )
-    return _raise_if_failed(solution, max_steps) if throw else solution
+    return _raise_if_failed(solution, max_steps, solver, real_dtype) if throw else solution
 
 
 # --- input preparation (Python, at trace time) ----------------------------------------------
@@ -402,19 +419,55 @@ def _check_events(events, t0, y0) -> None:
             jax.eval_shape(lambda t, y: evaluate(event, t, y), t0, y0)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
+        probe_indices(f"{where}'s condition", event.condition, t0, y0)
         if event.reset is not None:
+            probe_indices(f"{where}'s reset", event.reset, t0, y0)
             out = jax.eval_shape(event.reset, t0, y0)
             if jax.tree.structure(out) != jax.tree.structure(y0) or any(
                 (a.shape, a.dtype) != (b.shape, b.dtype)
                 for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
             ):
                 raise ValueError(
-                    f"{where}: reset(t, y) must return a state like y ({_describe(y0)}, "
-                    f"{jnp.result_type(*jax.tree.leaves(y0))}), got {_describe(out)}"
+                    f"{where}: reset(t, y) must return a state like y ({_describe(y0, True)}), "
+                    f"got {_describe(out, True)}"
                 )
 
 
-def _describe(tree) -> str:
+def _check_tolerance_shape(solver, y0) -> None:
+    """An array `atol` has one tolerance per component of an array state (or broadcasts)."""
+    atol = solver.atol
+    if jnp.ndim(atol) == 0:
+        return
+    leaves = jax.tree.leaves(y0)
+    shape = leaves[0].shape if len(leaves) == 1 else None
+    try:
+        fits = shape is not None and np.broadcast_shapes(jnp.shape(atol), shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{type(solver).__name__}(atol=...) has shape {jnp.shape(atol)}, which does not fit "
+            f"the state ({_describe(y0)}): give a scalar, or one tolerance per component of an "
+            "array state"
+        )
+
+
+def _check_step_count(total: int, events) -> None:
+    """A fixed-step solve counts its steps (and the iterations of its event loop) in int32."""
+    iterations = total if events is None else loop_bound(events, total)
+    if iterations > MAX_COUNT:
+        raise ValueError(
+            f"this fixed-step solve would take {iterations:,} steps, more than its int32 step "
+            f"counter holds (2**31 - 1 = {MAX_COUNT:,}): use a larger dt, or an adaptive "
+            "solver, or split the time span into several simulate calls"
+        )
+
+
+def _describe(tree, dtypes: bool = False) -> str:
+    """The shapes of a pytree of arrays (with their dtypes: `(2,) float32`)."""
+    if dtypes:
+        leaves = [f"{tuple(x.shape)} {x.dtype}" for x in jax.tree.leaves(tree)]
+        return leaves[0] if eqx.is_array(tree) or len(leaves) == 1 else f"[{', '.join(leaves)}]"
     shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
     return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))
 
@@ -512,7 +565,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
 _MESSAGES = tuple(code.message for code in RESULTS)
 
 
-def _raise_if_failed(solution: Solution, max_steps: int) -> Solution:
+def _raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Solution:
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
         checked = eqx.branched_error_if(
@@ -525,12 +578,27 @@ def _raise_if_failed(solution: Solution, max_steps: int) -> Solution:
     code = RESULTS(int(solution.result))
     if code == RESULTS.successful:
         return solution
-    detail = ""
+    detail, message = "", None
+    precision = unresolved_tolerance(solver, dtype)
     if code == RESULTS.nonfinite_state:
         detail = _when_nonfinite(solution)
     elif code == RESULTS.max_steps_reached:
         detail = f"max_steps={max_steps}; " + _when_nonfinite(solution)
-    raise SimulationError(code, detail)
+        if precision is not None:
+            message = (
+                f"the adaptive solver reached max_steps before the last output time: {precision}"
+            )
+        elif solver.implicit:  # already a stiff solver: no use suggesting one
+            message = (
+                "the adaptive solver reached max_steps before the last output time: raise "
+                "max_steps or loosen rtol/atol"
+                + (" (or compute in float64)" if jnp.finfo(dtype).bits < 64 else "")
+            )
+    elif precision is not None and code in (
+        RESULTS.step_size_collapsed, RESULTS.nonlinear_solver_failed
+    ):  # fmt: skip
+        detail = f"Likely cause: {precision}"
+    raise SimulationError(code, detail, message)
 
 
 def _when_nonfinite(solution: Solution) -> str:

@@ -10,11 +10,13 @@ zarr and xarray are imported here, lazily, so that the rest of diffsim runs with
 """
 
 import dataclasses
+import errno
 import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 
 import numpy as np
 
@@ -25,7 +27,31 @@ _PACKAGES = ("diffsim", "jax", "jaxlib", "diffrax", "equinox", "numpy", "xarray"
 
 
 class SweepStoreError(ValueError):
-    """A sweep store cannot be used for this sweep (written by a different config, or damaged)."""
+    """A sweep store cannot be used for this sweep (written by a different config, damaged,
+    not writable, out of space, or changed by someone else while the sweep ran). The message
+    names the path, the cause and what to do."""
+
+
+def fault(path: str, error: BaseException, doing: str) -> SweepStoreError:
+    """A file-system fault of the store at `path` while `doing` something, as the error a
+    user can act on: path, cause, remedy."""
+    cause = f"{type(error).__name__}: {getattr(error, 'strerror', None) or error}"
+    number = getattr(error, "errno", None)
+    if number == errno.ENOSPC or number == errno.EDQUOT:
+        remedy = (
+            "free space (or choose a store on another disk) and run the sweep again: it "
+            "resumes from the chunks already finished (diffsim sweep --resume)"
+        )
+    elif number in (errno.EROFS, errno.EACCES, errno.EPERM):
+        remedy = "choose a store path where you can write (--store), or fix the permissions"
+    elif isinstance(error, (FileNotFoundError, KeyError, NotADirectoryError)):
+        remedy = (
+            "the store (or part of it) was removed or replaced while in use: delete what is "
+            "left of it and start over, since its finished chunks can no longer be trusted"
+        )
+    else:
+        remedy = "check the disk and the path, then run the sweep again"
+    return SweepStoreError(f"the sweep store {path!r} failed while {doing} ({cause}): {remedy}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +67,21 @@ class Variable:
     fill_value: object
     attrs: dict = dataclasses.field(default_factory=dict)
     values: np.ndarray | None = None
+
+
+def normalize_path(store) -> str:
+    """A store path as given by a user: `~` expanded, a trailing separator dropped; an empty
+    path, or one with a NUL character, refused."""
+    if not isinstance(store, (str, os.PathLike)):
+        raise TypeError(f"store must be a path (str or os.PathLike), got {store!r}")
+    path = os.fspath(store)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not path.strip():
+        raise ValueError("store is an empty path: name the zarr store, e.g. 'out/sweep.zarr'")
+    if "\x00" in path:
+        raise ValueError(f"store {path!r} holds a NUL character, which no file system accepts")
+    return os.path.normpath(os.path.expanduser(path))
 
 
 def fill_value(dtype):
@@ -84,34 +125,123 @@ def provenance() -> dict:
 def create(path: str, variables: list[Variable], attrs: dict) -> None:
     """Create the store at `path` with every variable allocated (unwritten chunks read as their
     fill value) and the coordinates written. Built in a temporary folder and renamed into place,
-    so an interrupted creation never leaves a half-made store at `path`."""
+    so an interrupted creation never leaves a half-made store at `path`; when another run
+    creates the same store at the same moment, this one stops with `SweepStoreError` and
+    leaves no temporary folder."""
     import zarr
 
-    for stale in glob.glob(glob.escape(path) + ".creating-*"):  # from a killed creation
-        shutil.rmtree(stale, ignore_errors=True)
-    temporary = f"{path}.creating-{os.getpid()}"
-    group = zarr.open_group(temporary, mode="w-", zarr_format=3)
-    # xarray reads the CF "coordinates" attribute to restore coordinates that are not indexes
-    # (sampled parameters along `sample`, grid axes with vector values)
-    extra = " ".join(v.name for v in variables if v.values is not None and v.dims != (v.name,))
-    for v in variables:
-        array_attrs = dict(v.attrs)
-        if v.values is None and extra:
-            array_attrs["coordinates"] = extra
-        array = group.create_array(
-            v.name,
-            shape=v.shape,
-            chunks=v.chunks,
-            dtype=v.dtype,
-            fill_value=v.fill_value,
-            dimension_names=v.dims,
-            attributes=array_attrs,
+    _remove_stale_creations(path)
+    temporary = f"{path}.creating-{_creator()}"
+    try:
+        group = zarr.open_group(temporary, mode="w-", zarr_format=3)
+        # xarray reads the CF "coordinates" attribute to restore coordinates that are not
+        # indexes (sampled parameters along `sample`, grid axes with vector values)
+        extra = " ".join(
+            v.name for v in variables if v.values is not None and v.dims != (v.name,)
         )
-        if v.values is not None:
-            array[...] = v.values
-    group.create_group(_PROGRESS)
-    group.attrs.update(attrs)
-    os.rename(temporary, path)
+        for v in variables:
+            array_attrs = dict(v.attrs)
+            if v.values is None and extra:
+                array_attrs["coordinates"] = extra
+            array = group.create_array(
+                v.name,
+                shape=v.shape,
+                chunks=v.chunks,
+                dtype=v.dtype,
+                fill_value=v.fill_value,
+                dimension_names=v.dims,
+                attributes=array_attrs,
+            )
+            if v.values is not None:
+                array[...] = v.values
+        group.create_group(_PROGRESS)
+        group.attrs.update(attrs)
+        os.rename(temporary, path)
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if os.path.exists(path):  # another run made it first (rename onto a full folder)
+            raise SweepStoreError(
+                f"another run created the sweep store {path!r} at the same moment as this one; "
+                "this run stops rather than compute the same chunks twice. Run the sweep again "
+                "(diffsim sweep --resume): it computes what the other run has not finished"
+            ) from None
+        raise fault(path, error, "being created") from None
+
+
+def _creator() -> str:
+    """Who creates a store: host and process, so that a stale temporary folder of a killed
+    creation can be told from one that another live process is still filling."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _remove_stale_creations(path: str) -> None:
+    """Remove temporary folders of creations killed on this host (their process is gone)."""
+    host = socket.gethostname()
+    for stale in glob.glob(glob.escape(path) + ".creating-*"):
+        owner = stale.rsplit(".creating-", 1)[1]
+        name, _, pid = owner.rpartition("-")
+        if name == host and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def check_writable(path: str) -> None:
+    """Before any member is computed: the store (or, for a new one, its parent folder) can be
+    written. Raises `SweepStoreError` naming the path and the cause."""
+    folder = os.path.join(path, _PROGRESS) if os.path.exists(path) else (
+        os.path.dirname(os.path.abspath(path))
+    )  # fmt: skip
+    if not os.path.exists(path):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise SweepStoreError(
+                f"cannot create the sweep store {path!r}: {folder!r} is a file, not a folder"
+            )
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as error:
+            raise fault(path, error, "creating the folder that will hold it") from None
+    probe = os.path.join(folder, f".write-test-{_creator()}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise fault(path, error, "checking that it can be written") from None
+
+
+def check_layout(path: str, variables: list[Variable]) -> None:
+    """A store about to be resumed holds every variable of the sweep with its shape and dtype
+    (a folder deleted by hand, or a store cut short, is refused before anything runs)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(path, mode="r")
+        for v in variables:
+            array = group[v.name]
+            if tuple(array.shape) != tuple(v.shape) or np.dtype(array.dtype) != np.dtype(v.dtype):
+                raise SweepStoreError(
+                    f"the sweep store {path!r} is damaged: its variable {v.name!r} has shape "
+                    f"{tuple(array.shape)} and dtype {array.dtype}, this sweep writes "
+                    f"{tuple(v.shape)} {np.dtype(v.dtype)}. Delete the store and start over"
+                )
+    except SweepStoreError:
+        raise
+    except (KeyError, FileNotFoundError) as error:
+        raise SweepStoreError(
+            f"the sweep store {path!r} is damaged: {error} is missing (deleted by hand?). "
+            "Delete the store and start over"
+        ) from None
+    except Exception as error:  # zarr raises several types for unreadable metadata
+        raise fault(path, error, "being checked before resuming") from None
 
 
 def read_attrs(path: str) -> dict:
@@ -142,7 +272,15 @@ def check_matches(path: str, config: dict) -> None:
     attrs = check_is_sweep(path)
     if attrs.get("sweep_config_sha256") == config_digest(config):
         return
-    stored = json.loads(attrs["sweep_config"])
+    try:
+        stored = json.loads(attrs["sweep_config"])
+    except (TypeError, ValueError):
+        raise SweepStoreError(
+            f"the sweep store {path!r} is damaged: its sweep_config attribute is not valid "
+            "JSON, so it cannot be checked against this sweep. Delete the store and start over"
+        ) from None
+    if not isinstance(stored, dict):
+        stored = {}
     differing = sorted(k for k in set(stored) | set(config) if stored.get(k) != config.get(k))
     details = "; ".join(
         f"{k}: stored {_clip(stored.get(k))}, now {_clip(config.get(k))}" for k in differing
@@ -161,28 +299,44 @@ def _clip(value, limit: int = 160) -> str:
 def open_group(path: str):
     import zarr
 
-    return zarr.open_group(path, mode="r+")
+    try:
+        return zarr.open_group(path, mode="r+")
+    except Exception as error:  # zarr raises several types for a store it cannot open
+        raise fault(path, error, "being opened for writing") from None
 
 
-def write_chunk(group, region: tuple[slice, ...], outputs: dict[str, np.ndarray]) -> None:
-    """Write one sweep chunk: `region` selects its members (aligned to the zarr chunks)."""
-    for name, values in outputs.items():
-        group[name][region] = values
+def write_chunk(path: str, group, region: tuple[slice, ...], outputs: dict, chunk: int) -> None:
+    """Write one sweep chunk (`region` selects its members, aligned to the zarr chunks), then
+    its marker. A file-system fault becomes `SweepStoreError` (path, cause, remedy)."""
+    try:
+        if not os.path.isdir(os.path.join(path, _PROGRESS)):
+            raise FileNotFoundError(errno.ENOENT, "the store's progress folder is gone", path)
+        for name, values in outputs.items():
+            group[name][region] = values
+        _mark_done(path, chunk)
+    except (OSError, KeyError) as error:
+        raise fault(path, error, f"writing chunk {chunk}") from None
 
 
-def mark_done(path: str, chunk: int) -> None:
+def _mark_done(path: str, chunk: int) -> None:
     marker = os.path.join(path, _PROGRESS, f"{chunk}.done")
     temporary = f"{marker}.{os.getpid()}.tmp"
-    with open(temporary, "w"):
-        pass
-    os.replace(temporary, marker)
+    try:
+        with open(temporary, "w"):
+            pass
+        os.replace(temporary, marker)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def done_chunks(path: str) -> set[int]:
     folder = os.path.join(path, _PROGRESS)
     if not os.path.isdir(folder):
         return set()
-    return {int(name[: -len(".done")]) for name in os.listdir(folder) if name.endswith(".done")}
+    # only the markers this module writes (<chunk>.done); any other file there is no marker
+    names = (name[: -len(".done")] for name in os.listdir(folder) if name.endswith(".done"))
+    return {int(name) for name in names if name.isdigit()}
 
 
 def open_dataset(path: str):

@@ -38,7 +38,13 @@ from ._results import RESULTS
 from ._samples import Samples
 from ._simulate import simulate
 from ._solver import AbstractSolver, AbstractStochasticSolver
-from ._validate import check_parameter_value, check_static_count
+from ._validate import (
+    any_traced,
+    as_state,
+    check_key,
+    check_parameter_value,
+    check_static_count,
+)
 
 _Y0_COMPONENT = re.compile(r"^y0\[(\d+)\]$")
 _OUTPUT_BYTES_PER_CHUNK = 64 * 2**20  # default chunk: about this much output per chunk...
@@ -101,6 +107,8 @@ def sweep(
     Several processes (after `ds.distributed.initialize`) each compute chunks `p, p + P, …` and
     write them to the shared `store`; if one fails, all raise once they finish their share.
     """
+    if store is not None:
+        store = _store.normalize_path(store)
     axes_ = _Axes.build(axes)
     spec = _MemberSpec.build(model, axes_, y0, ts, solver, dt, reduce, key, max_steps)
     devices = jax.local_devices()
@@ -172,6 +180,11 @@ def sweep_summary(dataset) -> dict[str, int]:
     """Count the members of a sweep result by outcome: `{"successful": n, "max_steps_reached":
     m, …}` (only codes that occur). Reads the `result` variable in slabs, so it also works on a
     large store."""
+    if type(dataset).__name__ != "Dataset" or "result" not in getattr(dataset, "data_vars", {}):
+        raise TypeError(
+            "sweep_summary takes the xarray.Dataset of a sweep (from ds.sweep or ds.open_sweep), "
+            f"which holds a 'result' variable; got {type(dataset).__name__}"
+        )
     result = dataset["result"]
     counts = np.zeros(len(RESULTS) + 1, dtype=np.int64)  # the last bin: never computed
     first = result.dims[0]
@@ -188,7 +201,7 @@ def open_sweep(store: str | os.PathLike):
     """Open a sweep's zarr store as an `xarray.Dataset` whose variables are read lazily (no dask
     needed); e.g. `ds.open_sweep("out/sweep.zarr")["final_state"].sel(length=1.0)`. The store
     may be incomplete: members not yet computed hold NaN outputs and `result == -1`."""
-    path = os.fspath(store)
+    path = _store.normalize_path(store)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no sweep store at {path!r}")
     _store.check_is_sweep(path)
@@ -234,7 +247,23 @@ class _Axes:
             )
         values = {}
         for name, value in axes.items():
-            array = np.array(value)  # a copy: the result must not change with the caller's array
+            if not isinstance(value, (list, tuple, np.ndarray, jax.Array)):
+                raise TypeError(
+                    f"sweep axis {name!r} must be a list or an array of values, got "
+                    f"{type(value).__name__} (a set or a generator has no order: pass a list)"
+                )
+            try:
+                array = np.array(value)  # a copy: the result must not change with the caller's
+            except ValueError:
+                raise ValueError(
+                    f"sweep axis {name!r}: its values have different shapes; every value along "
+                    "an axis must have the same shape"
+                ) from None
+            if array.dtype.kind not in "iuf":
+                raise TypeError(
+                    f"sweep axis {name!r} must hold real numbers, got dtype {array.dtype}"
+                    + (" (complex)" if array.dtype.kind == "c" else "")
+                )
             if array.ndim == 0 or array.shape[0] == 0:
                 raise ValueError(
                     f"sweep axis {name!r} must be a non-empty array of values along the axis, "
@@ -289,6 +318,8 @@ class _MemberSpec:
         if not isinstance(solver, AbstractSolver):
             raise TypeError(f"solver must be a diffsim solver such as ds.RK4(), got {solver!r}")
         check_static_count("max_steps", max_steps)
+        if key is not None:
+            check_key("key", key)
         if key is not None and axes.num_members > 2**32:
             raise ValueError(
                 f"{axes.num_members} members: member keys fold_in a uint32 member index, so a "
@@ -356,6 +387,14 @@ class _MemberSpec:
                 raise ValueError(
                     f"sweep axis {name!r} is not a parameter of {type(self.model).__name__}; its "
                     f"parameters are {swept}, and initial-state axes are 'y0' or 'y0[i]'"
+                )
+            current = getattr(self.model, name)
+            if current is not None and not eqx.is_array(current):
+                raise TypeError(
+                    f"sweep axis {name!r}: {type(self.model).__name__}.{name} is a "
+                    f"{type(current).__name__}, not an array, so an axis of numbers cannot "
+                    "replace it; sweep a model function instead, e.g. model=lambda k: "
+                    f"{type(self.model).__name__}(..., {{'k': k}}) with the axis 'k'"
                 )
             constraint = parameter_constraints(field)
             where = f"sweep axis {name!r} of {type(self.model).__name__}"
@@ -452,9 +491,13 @@ def _initial_state(y0, axes: _Axes, whole: bool, components: dict):
             y0 = states[0]
     if y0 is None:
         raise ValueError("y0 is None: pass the initial state, or sweep it with a 'y0' axis")
-    flat, unravel = ravel_pytree(jax.tree.map(jnp.asarray, y0))
+    flat, unravel = ravel_pytree(jax.tree.map(jnp.asarray, as_state(y0)))
     if not jnp.issubdtype(flat.dtype, jnp.floating):
         flat = flat.astype(jnp.result_type(float))
+    if not any_traced(flat) and not bool(jnp.all(jnp.isfinite(flat))):
+        raise ValueError(
+            "y0 holds NaN or inf; the initial state shared by the members must be finite"
+        )
     for name, i in components.items():
         if i >= flat.size:
             raise ValueError(
@@ -808,7 +851,7 @@ def _open_sink(store, variables, config, spec):
     }
     if store is None:
         return _MemorySink(variables, attrs)
-    return _ZarrSink(os.fspath(store), variables, attrs, config)
+    return _ZarrSink(store, variables, attrs, config)
 
 
 class _MemorySink:
@@ -840,6 +883,9 @@ class _ZarrSink:
         with _shared_failure("checking the store"):
             if exists:
                 _store.check_matches(path, config)
+                _store.check_layout(path, variables)
+            if _distributed.layout().process_id == 0:
+                _store.check_writable(path)
         # (that collective also keeps every process from reading while process 0 creates)
         with _shared_failure("creating the store"):
             if not exists and _distributed.layout().process_id == 0:
@@ -850,8 +896,7 @@ class _ZarrSink:
 
     def write(self, chunk, device_outputs, runner: _ChunkRunner) -> None:
         region, outputs = runner.fetch(chunk, device_outputs)
-        _store.write_chunk(self.group, region, outputs)
-        _store.mark_done(self.path, chunk)
+        _store.write_chunk(self.path, self.group, region, outputs, chunk)
 
     def dataset(self):
         return _store.open_dataset(self.path)

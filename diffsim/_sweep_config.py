@@ -27,13 +27,30 @@ or, instead of `[axes]`, zipped samples:
 
 import numpy as np
 
-from ._config import ConfigError, load_toml, model_from, solver_from
+from ._config import (
+    check_types,
+    ConfigError,
+    INTEGER,
+    load_toml,
+    model_from,
+    NUMBER,
+    NUMBERS,
+    solver_from,
+    TABLE,
+    TEXT,
+    TEXTS,
+)
 
 _KEYS = {
     "description", "model", "parameters", "axes", "samples", "y0", "ts", "solver", "dt",
     "max_steps", "reduce", "chunk_size", "store", "dtype",
 }
 _REQUIRED = ("model", "y0", "ts", "solver", "store")
+_KINDS = {
+    "description": TEXT, "model": TEXT, "parameters": TABLE, "axes": TABLE, "samples": TABLE,
+    "y0": NUMBERS, "ts": (NUMBERS, TABLE), "solver": (TEXT, TABLE), "dt": NUMBER,
+    "max_steps": INTEGER, "reduce": TEXT, "chunk_size": INTEGER, "store": TEXT, "dtype": TEXT,
+}  # fmt: skip
 
 
 class SweepConfigError(ConfigError):
@@ -47,6 +64,7 @@ def load(path: str) -> dict:
         missing.append("exactly one of [axes] or [samples]")
     if missing:
         raise SweepConfigError(f"{path}: missing {', '.join(missing)}")
+    check_types(path, config, _KINDS, SweepConfigError)
     if config.get("dtype", "float64") not in ("float32", "float64"):
         raise SweepConfigError(f"{path}: dtype must be float32 or float64, got {config['dtype']!r}")
     return config
@@ -63,15 +81,27 @@ def sweep_arguments(config: dict) -> dict:
     dtype = jnp.dtype(config.get("dtype", "float64"))
     model = model_from(config["model"], config.get("parameters", {}))
     if "axes" in config:
+        for name in config["axes"]:
+            if name in _KEYS:
+                raise SweepConfigError(
+                    f"[axes] holds {name!r}, a top-level key: in TOML every key after a [table] "
+                    f"header belongs to that table, so move {name} = ... above [axes]"
+                )
         axes = {name: _values(name, spec) for name, spec in config["axes"].items()}
     else:
         axes = _samples(config["samples"], jax, ds)
+    solver = solver_from(config["solver"])
+    if "max_steps" in config and isinstance(solver, ds.AbstractFixedStepSolver):
+        raise SweepConfigError(
+            f"max_steps bounds the steps of an adaptive solver; {type(solver).__name__} takes "
+            "a fixed step (dt): remove max_steps"
+        )
     return dict(
         model=model,
         axes=axes,
         y0=jnp.asarray(config["y0"], dtype=dtype),
         ts=jnp.asarray(_values("ts", config["ts"]), dtype=dtype),
-        solver=solver_from(config["solver"]),
+        solver=solver,
         dt=config.get("dt"),
         max_steps=config.get("max_steps", 100_000),
         reduce=config.get("reduce"),
@@ -82,6 +112,10 @@ def sweep_arguments(config: dict) -> dict:
 
 def _values(name, spec) -> np.ndarray:
     if isinstance(spec, list):
+        if not spec or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec
+        ):
+            raise SweepConfigError(f"{name}: expected a non-empty list of numbers, got {spec!r}")
         return np.asarray(spec, dtype=float)
     if isinstance(spec, dict):
         extra = sorted(set(spec) - {"start", "stop", "num", "log"})
@@ -89,8 +123,24 @@ def _values(name, spec) -> np.ndarray:
             raise SweepConfigError(
                 f"{name}: a range is {{ start, stop, num[, log] }}, got {sorted(spec)}"
             )
-        space = np.geomspace if spec.get("log", False) else np.linspace
-        return space(float(spec["start"]), float(spec["stop"]), int(spec["num"]))
+        for key in ("start", "stop"):
+            value = spec[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(
+                value
+            ):  # fmt: skip
+                raise SweepConfigError(f"{name}: {key} must be a finite number, got {value!r}")
+        num, log = spec["num"], spec.get("log", False)
+        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+            raise SweepConfigError(f"{name}: num must be an integer >= 1, got {num!r}")
+        if not isinstance(log, bool):
+            raise SweepConfigError(f"{name}: log must be true or false, got {log!r}")
+        if log and not (spec["start"] > 0 and spec["stop"] > 0):
+            raise SweepConfigError(
+                f"{name}: a log range needs start and stop > 0, got {spec['start']} and "
+                f"{spec['stop']}"
+            )
+        space = np.geomspace if log else np.linspace
+        return space(float(spec["start"]), float(spec["stop"]), num)
     raise SweepConfigError(f"{name}: expected a list of values or a range table, got {spec!r}")
 
 
@@ -103,11 +153,25 @@ def _samples(spec, jax, ds):
             f"[samples]: unknown keys {unknown}; known: bounds, log, method, n, seed, skip"
         )
     method = spec.get("method", "latin_hypercube")
-    bounds = spec.get("bounds", {})
-    n, log = spec.get("n"), tuple(spec.get("log", ()))
+    check_types("[samples]", spec, {"method": TEXT, "n": INTEGER, "seed": INTEGER,
+                                    "skip": INTEGER, "bounds": TABLE, "log": TEXTS},
+                SweepConfigError)  # fmt: skip
+    if "bounds" not in spec:
+        raise SweepConfigError("[samples] needs bounds = { name = [low, high], ... }")
+    if "n" not in spec:
+        raise SweepConfigError("[samples] needs n, the number of samples")
+    bounds = spec["bounds"]
+    n, log = spec["n"], tuple(spec.get("log", ()))
     if method == "latin_hypercube":
+        if "skip" in spec:
+            raise SweepConfigError("[samples] skip applies to halton; latin_hypercube takes seed")
         key = jax.random.key(spec.get("seed", 0))
         return ds.Samples.latin_hypercube(bounds, n, key=key, log=log)
     if method == "halton":
+        if "seed" in spec:
+            raise SweepConfigError(
+                "[samples] seed applies to latin_hypercube; the Halton sequence is "
+                "deterministic (use skip to start further along it)"
+            )
         return ds.Samples.halton(bounds, n, log=log, skip=spec.get("skip", 0))
     raise SweepConfigError(f"samples method {method!r}: choose latin_hypercube or halton")

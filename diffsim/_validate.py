@@ -25,6 +25,8 @@ def as_parameter(x):
     its value changes). Integers become the default float dtype; floats keep their dtype."""
     if isinstance(x, (bool, int, float)):  # Python scalars: the default float, not weakly typed
         return jnp.asarray(x, dtype=jnp.result_type(float))
+    if not _numeric(x):
+        return x  # a string, None, an object: check_parameter names the field it was given for
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
@@ -35,10 +37,27 @@ def as_optional_parameter(x):
     return None if x is None else as_parameter(x)
 
 
-def check_parameter(owner, name: str, *, positive=False, nonnegative=False, ndim=None) -> None:
-    """Validate the field `name` of `owner` (a model or solver) when its value is concrete."""
+def _numeric(x) -> bool:
+    """An array, a tracer or array-like data of numbers (not text, None or other objects)."""
+    if is_traced(x) or isinstance(x, (jax.Array, np.ndarray, np.number)):
+        return True
+    try:
+        return np.asarray(x).dtype.kind in "biufc"
+    except (ValueError, TypeError):  # ragged lists and the like
+        return False
+
+
+def check_parameter(
+    owner, name: str, *, positive=False, nonnegative=False, ndim=None, optional=True
+) -> None:
+    """Validate the field `name` of `owner` (a model or solver) when its value is concrete;
+    `optional=False` refuses None."""
     value = getattr(owner, name)
     if value is None:
+        if not optional:
+            raise ValueError(
+                f"{type(owner).__name__}({name}=None): {name} is required; pass a number"
+            )
         return
     check_parameter_value(
         f"{type(owner).__name__}({name}=...)",
@@ -51,6 +70,8 @@ def check_parameter(owner, name: str, *, positive=False, nonnegative=False, ndim
 
 def check_parameter_value(where: str, value, *, positive=False, nonnegative=False, ndim=None):
     """Validate a parameter value (concrete or traced); `where` names it in the message."""
+    if not _numeric(value) or jnp.issubdtype(jnp.result_type(value), jnp.complexfloating):
+        raise TypeError(f"{where}: expected a real number (or an array of them), got {value!r}")
     if ndim is not None and jnp.ndim(value) != ndim:
         raise ValueError(
             f"{where}: expected a {'scalar' if ndim == 0 else f'{ndim}-D array'}, "
@@ -95,14 +116,69 @@ def _short(array) -> str:
     return str(array.item()) if array.size == 1 else np.array2string(array, threshold=6)
 
 
-def check_static_count(name: str, value, *, minimum: int = 1) -> int:
-    """Validate a count that sets a shape or loop length: a Python int >= `minimum`; returns
-    it as an int."""
+# The most steps, iterations or members a loop counter holds: diffsim's loops count in int32
+# (also under x64), so a larger bound would wrap around and stop the loop at once.
+MAX_COUNT = 2**31 - 1
+
+
+def check_static_count(name: str, value, *, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """Validate a count that sets a shape or loop length: a Python int in [`minimum`,
+    `maximum`] (by default what an int32 loop counter holds); returns it as an int."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be a Python int (static), got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        limit = "2**31 - 1, what the int32 step counter holds" if maximum == MAX_COUNT else maximum
+        raise ValueError(f"{name} must be at most {limit}; got {value}")
     return int(value)
+
+
+def check_real(
+    name: str, value, *, positive=False, nonnegative=False, below=None, finite=True
+) -> float:
+    """Validate a concrete real scalar argument (a Python or NumPy number, or a 0-d array;
+    not a bool, a string or a complex number); returns it as a float."""
+    if not _is_real_scalar(value):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if finite and not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if positive and not v > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if nonnegative and not v >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    if below is not None and not v < below:
+        raise ValueError(f"{name} must be below {below}, got {value!r}")
+    return v
+
+
+def _is_real_scalar(value) -> bool:
+    """A Python or NumPy real number or a 0-d real array (not a bool, string or complex)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    return (
+        isinstance(value, (jax.Array, np.ndarray))
+        and np.ndim(value) == 0
+        and jnp.result_type(value).kind in "iuf"
+    )
+
+
+def check_key(name: str, key) -> None:
+    """A concrete or traced `jax.random` key: a typed key (`jax.random.key(seed)`) or a legacy
+    uint32 key of shape (..., 2) (`jax.random.PRNGKey(seed)`)."""
+    if isinstance(key, (jax.Array, np.ndarray)) or is_traced(key):
+        dtype = key.dtype
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            return
+        if dtype == np.uint32 and np.shape(key)[-1:] == (2,):
+            return
+    raise TypeError(
+        f"{name} must be a JAX random key such as jax.random.key(0), got {key!r}"
+        + (f" (an int seed? pass jax.random.key({key}))" if isinstance(key, int) else "")
+    )
 
 
 def check_positive_number(name: str, value, *, allow_none=True) -> None:
@@ -111,17 +187,68 @@ def check_positive_number(name: str, value, *, allow_none=True) -> None:
         return
     if is_traced(value):
         return
-    if not (isinstance(value, (int, float, np.number)) or jnp.ndim(value) == 0):
-        raise TypeError(f"{name} must be a positive number, got {value!r}")
-    v = float(value)
+    try:
+        v = check_real(name, value)
+    except (TypeError, ValueError):
+        v = math.nan
+        if not _is_real_scalar(value):
+            raise TypeError(f"{name} must be a positive number, got {value!r}") from None
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def as_state(y0):
+    """The initial state as `simulate` reads it: a list (of numbers, or of arrays of one shape)
+    is one array, as `jnp.asarray` reads it, not a pytree of its items. A pytree state is a
+    tuple, a dict or a Module. (A list `[1.0, 0.0]` read as a pytree would make a second-order
+    model take it as `(q, v)`, a silent change of meaning.)"""
+    if isinstance(y0, list):
+        try:
+            return jnp.asarray(y0) if any_traced(y0) else np.asarray(y0)
+        except (ValueError, TypeError):
+            raise TypeError(
+                "y0 is a list of items of different shapes; pass an array, or a tuple (or "
+                "dict) of arrays for a state that is a pytree"
+            ) from None
+    return y0
+
+
+def probe_indices(where: str, fn, *args) -> None:
+    """Call `fn` once on NumPy arrays shaped like `args` (ones) to catch an index beyond the
+    state's shape: JAX clamps such indices (`y[5]` of a 2-component state reads `y[1]`) where
+    NumPy raises. Any other failure of the NumPy call is left to the traced checks."""
+    import warnings
+
+    def concrete(x):
+        shape, dtype = np.shape(x), jnp.result_type(x)
+        return np.ones(shape, dtype) if shape else np.asarray(1, dtype)
+
+    probes = jax.tree.map(concrete, args)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            # traced abstractly: NumPy indexes the arrays (and raises), while whatever JAX
+            # computes from them is only staged, never compiled and run op by op
+            jax.eval_shape(lambda: fn(*probes))
+    except IndexError as error:
+        shapes = ", ".join(str(np.shape(x)) for x in jax.tree.leaves(args[-1]))
+        raise ValueError(
+            f"{where} indexes the state beyond its shape ({error}); the state has shape "
+            f"{shapes}. (Under JAX an out-of-bounds index is silently clamped to the last "
+            "element, so this would read the wrong component.)"
+        ) from None
+    except Exception:  # noqa: BLE001 - only indexing is probed here
+        pass
 
 
 def as_state_leaf(x):
     """A state leaf as an inexact array (integers become the default float); traced values
     pass through."""
-    x = x if is_traced(x) else jnp.asarray(x)
+    if not is_traced(x):
+        kind = np.asarray(x).dtype.kind if not isinstance(x, jax.Array) else "f"
+        if kind not in "biufc":
+            raise TypeError(f"the state must hold numbers, got {x!r}")
+        x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
     return x

@@ -46,9 +46,16 @@ def _sweep(args) -> int:
 
     if args.distributed:
         print(ds.distributed.initialize(), flush=True)
-    if args.store:
+    from ._store import normalize_path
+
+    if args.store is not None:
         config["store"] = args.store
-    store = config["store"]
+    try:
+        store = config["store"] = normalize_path(config["store"])
+    except (TypeError, ValueError) as error:
+        print(f"diffsim sweep: {'--store' if args.store is not None else 'store'}: {error}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if os.path.exists(store) and not args.resume:
         print(
             f"diffsim sweep: the store {store!r} exists; pass --resume to compute its missing "
@@ -90,22 +97,47 @@ def _fit(args) -> int:
     matplotlib.use("Agg")
     import diffsim as ds
 
-    out = args.out or config["out"]
+    from ._config import writable_folder
+
+    out = os.path.expanduser(args.out or config["out"])
     try:
+        # checked before the fit, which can take long, so that its result is not lost
+        writable_folder(out, "--out" if args.out else "out", FitConfigError)
         result = ds.fit(**fit_arguments(config))
-    except (FitConfigError, ValueError, TypeError, FileNotFoundError) as error:
+    except (FitConfigError, ValueError, TypeError, FileNotFoundError, ds.SimulationError) as error:
         print(f"diffsim fit: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
-    os.makedirs(out, exist_ok=True)
     summary = result.summary()
     print(summary)
-    with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as file:
-        file.write(summary + "\n")
-    with open(os.path.join(out, "fit.json"), "w", encoding="utf-8") as file:
-        json.dump({"config": os.path.abspath(args.config), **result.to_dict()}, file, indent=1)
-    result.plot().savefig(os.path.join(out, "fit.png"), dpi=120)
+    try:
+        _write_atomically(os.path.join(out, "summary.txt"), summary + "\n")
+        record = {"config": os.path.abspath(args.config), **result.to_dict()}
+        _write_atomically(os.path.join(out, "fit.json"), json.dumps(record, indent=1))
+        result.plot().savefig(os.path.join(out, "fit.png"), dpi=120)
+    except OSError as error:
+        print(
+            f"diffsim fit: the fit finished (its summary is above), but its results could not "
+            f"be written to {out!r} ({error.strerror or error}: {error.filename or out}); free "
+            "space or choose a writable --out and run again",
+            file=sys.stderr,
+        )
+        return 2
     print(f"wrote {out}/summary.txt, fit.json, fit.png")
     return 0 if result.converged else 1
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write a text file whole or not at all (a full disk leaves the old file, not half)."""
+    import os
+
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def _reproduce(args) -> int:

@@ -57,10 +57,24 @@ class NBody(ds.AbstractSeparableHamiltonian):
     G: Array = ds.parameter(1.0, positive=True, ndim=0)
     softening: Array = ds.parameter(0.0, nonnegative=True, ndim=0)
 
+    def __check_init__(self):
+        if self.masses is not None and self.masses.shape[0] < 1:
+            raise ValueError("NBody(masses=...): give at least one mass, got an empty array")
+
     def kinetic(self, p):
+        self._check_bodies(p)
         return 0.5 * jnp.sum(jnp.sum(p**2, axis=-1) / self.masses)
 
+    def _check_bodies(self, x):
+        if x.ndim < 2 or x.shape[-2] != self.masses.shape[0]:
+            raise ValueError(
+                f"NBody has {self.masses.shape[0]} masses, but the state's positions or momenta "
+                f"have shape {x.shape}; each must be (bodies, dimensions) = "
+                f"({self.masses.shape[0]}, d)"
+            )
+
     def potential(self, q):
+        self._check_bodies(q)
         n = self.masses.shape[0]
         separation = q[:, None, :] - q[None, :, :]
         distance2 = jnp.sum(separation**2, axis=-1) + self.softening**2

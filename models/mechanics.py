@@ -5,6 +5,7 @@ Second-order models take the state `[q, v]` stacked on the first axis (or a tupl
 """
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
@@ -203,7 +204,11 @@ class BouncingBall(ds.AbstractSecondOrder):
 
     def bounce_times(self, height, count: int):
         """Closed-form impact times from rest at `height` without drag (or rest): t₁ = √(2h/g),
-        then flights of 2 eᵏ v₁ / g."""
+        then flights of 2 eᵏ v₁ / g. `count` (a Python int >= 1) impacts; `height` > 0."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"bounce_times: count must be an int >= 1, got {count!r}")
+        if not isinstance(height, jax.core.Tracer) and not bool(jnp.all(jnp.asarray(height) > 0)):
+            raise ValueError(f"bounce_times: height must be > 0 (above the floor), got {height}")
         first = jnp.sqrt(2 * height / self.gravity)
         speed = self.gravity * first
         powers = jnp.arange(1, count, dtype=first.dtype)

@@ -3,13 +3,16 @@
 Tolerances are fields (traced), so changing `rtol`/`atol` does not recompile.
 """
 
+import warnings
 from typing import ClassVar
 
 import diffrax
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
+from .._results import PrecisionWarning
 from .._validate import as_optional_parameter, as_parameter, check_parameter, is_traced
 from .base import AbstractSolver
 
@@ -30,8 +33,8 @@ class AbstractAdaptiveSolver(AbstractSolver):
     dtmin: Array | None = eqx.field(default=None, converter=as_optional_parameter)
 
     def __check_init__(self):
-        check_parameter(self, "rtol", nonnegative=True, ndim=0)
-        check_parameter(self, "atol", nonnegative=True)
+        check_parameter(self, "rtol", nonnegative=True, ndim=0, optional=False)
+        check_parameter(self, "atol", nonnegative=True, optional=False)
         check_parameter(self, "dtmin", positive=True, ndim=0)
         if not (is_traced(self.rtol) or is_traced(self.atol)):
             if float(self.rtol) == 0 and bool(jnp.all(self.atol == 0)):
@@ -40,6 +43,11 @@ class AbstractAdaptiveSolver(AbstractSolver):
     def to_diffrax(self) -> diffrax.AbstractSolver:
         """The diffrax solver that does the stepping."""
         raise NotImplementedError
+
+    @property
+    def implicit(self) -> bool:
+        """Whether each step solves a nonlinear system (a stiff solver such as Kvaerno5)."""
+        return isinstance(self.to_diffrax(), diffrax.AbstractImplicitSolver)
 
 
 class Tsit5(AbstractAdaptiveSolver):
@@ -109,3 +117,32 @@ class Diffrax(AbstractAdaptiveSolver):
 
     def to_diffrax(self):
         return self.solver
+
+
+def unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> str | None:
+    """Why `solver`'s (concrete) tolerances cannot be met in `dtype`, or None: an rtol below
+    the type's epsilon asks for errors smaller than the rounding of every step."""
+    if not isinstance(solver, AbstractAdaptiveSolver) or is_traced(solver.rtol):
+        return None
+    eps = float(jnp.finfo(dtype).eps)
+    rtol = float(solver.rtol)
+    if 0 < rtol < eps:
+        return (
+            f"rtol={rtol:g} is below {np.dtype(dtype).name}'s epsilon ({eps:.2g}): no step's "
+            "error estimate can fall below the rounding, so steps are rejected until max_steps "
+            f"or dtmin. Use rtol >= {_resolvable(eps):g} in {np.dtype(dtype).name}, or compute "
+            "in float64 (jax.config.update('jax_enable_x64', True) and a float64 y0)"
+        )
+    return None
+
+
+def _resolvable(eps: float) -> float:
+    """A tolerance the type resolves comfortably: 10 eps, rounded up to a power of ten."""
+    return float(10.0 ** np.ceil(np.log10(10 * eps)))
+
+
+def warn_unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> None:
+    """Warn (`ds.PrecisionWarning`) when `unresolved_tolerance` finds a reason."""
+    reason = unresolved_tolerance(solver, dtype)
+    if reason is not None:
+        warnings.warn(f"{type(solver).__name__}: {reason}", PrecisionWarning, stacklevel=3)
