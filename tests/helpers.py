@@ -107,3 +107,10 @@ def check_outputs(record, out, suffixes=("png",)):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     written = {name.rsplit(".", 1)[-1] for name in record["files"]}
     assert set(suffixes) <= written, (suffixes, sorted(written))
+
+
+def named_cases(rows):
+    """pytest parameters from rows (name, *values): the name is the case's id."""
+    import pytest
+
+    return [pytest.param(*values, id=name) for name, *values in rows]

@@ -316,7 +316,7 @@ def test_result_plot_and_json(pendulum_fit, tmp_path):
         (dict(loss="log"), "needs positive data"),
         (dict(dt=None), "fixed-step solver: pass dt"),
         (dict(method="newton"), "method must be one of"),
-        (dict(segments=0), "segments must be an int >= 1"),
+        (dict(segments=0), "segments must be >= 1"),
         (dict(segments=200), "at most 100 segments"),
         (dict(initial_state=["spin"]), "initial_state names 'spin'"),
         (dict(bounds={"gravity": (0, 20)}), "which are not fitted"),
@@ -333,11 +333,32 @@ def test_bad_input_gets_a_clear_error(change, message):
         ds.fit(models.DampedPendulum(), Y0, data, **arguments)
 
 
-def test_profile_and_refit_reject_bad_input(pendulum_fit):
-    with pytest.raises(ValueError, match="not a fitted unknown"):
-        ds.profile(pendulum_fit, "gravity")
-    with pytest.raises(ValueError, match="values must have shape"):
-        ds.refit(pendulum_fit, np.zeros((3, 50)))
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda r: ds.profile(r, "gravity"), ValueError, "not a fitted unknown"),
+        (lambda r: ds.profile(r, "length", span=0.0), ValueError, "span must be > 0"),
+        (lambda r: ds.profile(r, "length", span=float("nan")), ValueError, "span must be finite"),
+        (lambda r: ds.profile(r, "length", span="4"), TypeError, "span must be a real number"),
+        (lambda r: ds.profile(r, "length", range=2.0), TypeError, r"range must be \(low, high\)"),
+        (lambda r: ds.profile(r, "length", level="0.9"), TypeError, "level must be a real"),
+        (lambda r: ds.profile({"length": 1.0}, "length"), TypeError, "takes the ds.FitResult"),
+        (lambda r: ds.refit(r, np.zeros((3, 50))), ValueError, "values must have shape"),
+        (lambda r: ds.refit(r, np.full((2, *r.data.values.shape), np.nan)), ValueError,
+         r"replicate\(s\) \[0, 1\] hold no values"),
+        (lambda r: ds.refit(r, np.full((1, *r.data.values.shape), np.inf)), ValueError,
+         "values hold inf"),
+        (lambda r: ds.refit(r, np.zeros((1, *r.data.values.shape), complex)), TypeError,
+         "values must be real numbers"),
+        (lambda r: ds.plot.fit(r, points=0), ValueError, "points must be an int >= 2"),
+    ],
+    ids=["unknown", "span-0", "span-nan", "span-text", "range-number", "level-text",
+         "not-a-result", "refit-shape", "refit-all-nan", "refit-inf", "refit-complex",
+         "plot-points"],
+)  # fmt: skip
+def test_profile_refit_and_plot_reject_bad_input(pendulum_fit, call, error, message):
+    with pytest.raises(error, match=message):
+        call(pendulum_fit)
 
 
 @pytest.mark.parametrize("dof", [1, 2, 5, 36, 99, 10_000])
