@@ -62,7 +62,7 @@ def title(module) -> str:
 
 
 def kind(name: str) -> str:
-    """"figure" for images, "data" for everything else an experiment writes."""
+    """ "figure" for images, "data" for everything else an experiment writes."""
     return "figure" if name.lower().endswith(FIGURE_SUFFIXES) else "data"
 
 
@@ -141,8 +141,11 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
         "started": started,
         "wall_time_s": round(wall, 3),
         "files": {
-            name: {"kind": kind(name), "bytes": (out / name).stat().st_size,
-                   "sha256": _provenance.sha256(out / name)}
+            name: {
+                "kind": kind(name),
+                "bytes": (out / name).stat().st_size,
+                "sha256": _provenance.sha256(out / name),
+            }
             for name in files
         },  # fmt: skip
     }

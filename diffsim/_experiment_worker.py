@@ -7,8 +7,10 @@ import sys
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m diffsim._experiment_worker",
-                                     description="Run one experiment and write its manifest.")
+    parser = argparse.ArgumentParser(
+        prog="python -m diffsim._experiment_worker",
+        description="Run one experiment and write its manifest.",
+    )
     parser.add_argument("path")
     parser.add_argument("out")
     parser.add_argument("--quick", action="store_true")

@@ -119,9 +119,29 @@ def fit(
     if key is not None:
         check_key("key", key)
     setup = _setup(
-        model, y0, data, params, initial_state, observe, solver, dt, method, loss, segments,
-        starts, bounds, noise, weights, t0, max_iterations, rtol, atol, continuity_weight,
-        level, max_steps, events=events,
+        model,
+        y0,
+        data,
+        params,
+        initial_state,
+        observe,
+        solver,
+        dt,
+        method,
+        loss,
+        segments,
+        starts,
+        bounds,
+        noise,
+        weights,
+        t0,
+        max_iterations,
+        rtol,
+        atol,
+        continuity_weight,
+        level,
+        max_steps,
+        events=events,
     )
     problem, optimizer = setup["problem"], setup["optimizer"]
     p0s = _start_points(problem, setup["guess"], starts, key)
@@ -200,9 +220,30 @@ def _checked_events(events, model):
 
 
 def _setup(
-    model, y0, data, params, initial_state, observe, solver, dt, method, loss, segments, starts,
-    bounds, noise, weights, t0, max_iterations, rtol, atol, continuity_weight, level, max_steps,
-    *, events=None,
+    model,
+    y0,
+    data,
+    params,
+    initial_state,
+    observe,
+    solver,
+    dt,
+    method,
+    loss,
+    segments,
+    starts,
+    bounds,
+    noise,
+    weights,
+    t0,
+    max_iterations,
+    rtol,
+    atol,
+    continuity_weight,
+    level,
+    max_steps,
+    *,
+    events=None,
 ) -> dict:
     if not isinstance(model, AbstractODE):
         raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(model)}")
@@ -288,9 +329,7 @@ def _setup(
     if t0 is None:
         t0 = float(data.ts[0])
     if not np.isfinite(t0) or t0 > data.ts[0]:
-        raise ValueError(
-            f"t0={t0} must be finite and not after the first data time {data.ts[0]:g}"
-        )
+        raise ValueError(f"t0={t0} must be finite and not after the first data time {data.ts[0]:g}")
     first = 0 if t0 == data.ts[0] else 1
     ts = tuple(float(t) for t in ([t0] * first + list(data.ts)))
     if len(ts) < 2:
@@ -376,8 +415,7 @@ def _checked_bounds(bounds) -> dict:
     for name, spec in bounds.items():
         if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
             raise ValueError(
-                f"bounds[{name!r}] must be (lower, upper), with None for an open side; got "
-                f"{spec!r}"
+                f"bounds[{name!r}] must be (lower, upper), with None for an open side; got {spec!r}"
             )
         for side, value in zip(("lower", "upper"), spec):
             if value is not None:
@@ -606,9 +644,7 @@ def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
         windows=spans,
         batched=batched,
         steps_per_save=steps_per_save,
-        continuity=jnp.asarray(
-            continuity_weight / _typical_noise(problem), problem.y0.dtype
-        ),
+        continuity=jnp.asarray(continuity_weight / _typical_noise(problem), problem.y0.dtype),
     )
 
 
@@ -683,9 +719,9 @@ def _at_optimum(problem: Problem, p, jac: str):
         r = problem.data_residuals(observed)
         return r.ravel(), (r, observed)
 
-    jacobian, (r, observed) = (jax.jacfwd if jac == "fwd" else jax.jacrev)(
-        residuals, has_aux=True
-    )(p)
+    jacobian, (r, observed) = (jax.jacfwd if jac == "fwd" else jax.jacrev)(residuals, has_aux=True)(
+        p
+    )
     return jacobian, observed, r
 
 
@@ -715,8 +751,14 @@ def _result(problem, final, p_final, best, setup, shooting, solves, start_time) 
     loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
     code = int(final.code[best])
     stats = analyse(
-        jacobian, p, loss, setup["num_observed"], setup["noise_known"], setup["level"],
-        names, at_optimum=code == opt.CONVERGED,
+        jacobian,
+        p,
+        loss,
+        setup["num_observed"],
+        setup["noise_known"],
+        setup["level"],
+        names,
+        at_optimum=code == opt.CONVERGED,
     )
     model, y0, _ = problem.assemble(p)
     predictions = np.asarray(predictions)
@@ -727,8 +769,11 @@ def _result(problem, final, p_final, best, setup, shooting, solves, start_time) 
     if code != opt.CONVERGED:
         notes.insert(0, f"the fit did not converge: {opt.REASONS[code]}")
     if shooting is not None and not shooting["converged"]:
-        notes.insert(0, "the multiple-shooting stage did not converge; the refinement started "
-                     "from its last iterate")
+        notes.insert(
+            0,
+            "the multiple-shooting stage did not converge; the refinement started "
+            "from its last iterate",
+        )
     history = np.asarray(final.history[best])
     p_np = np.asarray(p, np.float64)
     return FitResult(
@@ -783,12 +828,17 @@ def _at_bounds(problem: Problem, p, guess) -> list[str]:
     notes = []
     lower, upper = np.asarray(problem.lower), np.asarray(problem.upper)
     for i, (name, kind) in enumerate(zip(problem.layout.names, problem.layout.kinds)):
-        reach = {"log": guess[i] - lower[i], "upper-log": upper[i] - guess[i],
-                 "logit": upper[i] - lower[i]}.get(kind)
+        reach = {
+            "log": guess[i] - lower[i],
+            "upper-log": upper[i] - guess[i],
+            "logit": upper[i] - lower[i],
+        }.get(kind)
         if reach is None:
             continue
-        for bound, side, used in ((lower[i], "lower", kind in ("log", "logit")),
-                                  (upper[i], "upper", kind in ("upper-log", "logit"))):
+        for bound, side, used in (
+            (lower[i], "lower", kind in ("log", "logit")),
+            (upper[i], "upper", kind in ("upper-log", "logit")),
+        ):
             if used and abs(p[i] - bound) < 1e-6 * reach:
                 notes.append(
                     f"{name} = {p[i]:.6g} is at its {side} bound {bound:g}: the data favour a "
@@ -808,5 +858,3 @@ def fine_times(problem: Problem, points: int) -> np.ndarray:
         count = total // stride
         return t0 + problem.dt * stride * np.arange(count + 1)
     return np.linspace(t0, t1, points)
-
-

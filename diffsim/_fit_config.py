@@ -1,27 +1,27 @@
 """A fit described in a TOML file, for `diffsim fit CONFIG.toml`.
 
-    model = "LotkaVolterra"                  # a class of the `models` package
-    parameters = { alpha = 0.55 }            # initial guesses and fixed values (optional)
-    y0 = [30.0, 4.0]                         # initial state (guess where fitted)
-    data = "../data/lynx_hare.csv"           # CSV with a header row, relative to this file
-    time = "year"                            # its time column (default: the first)
-    columns = ["hare", "lynx"]               # value columns (default: all others)
-    fit = ["alpha", "beta", "gamma", "delta"]   # fitted parameters
-    initial_state = true                     # or false, or a list of indices / state names
-    observe = [0, 1]                         # optional: the observed state components
-    solver = "Tsit5"                         # or { name = "RK4" } with dt
-    dt = 0.05                                # fixed-step solvers
-    method = "lm"                            # lm | gauss-newton | bfgs
-    loss = "log"                             # squared | log
-    segments = 1                             # multiple shooting windows
-    starts = 1                               # multiple starts (seeded by `seed`)
-    seed = 0
-    noise = 0.1                              # optional: known noise standard deviation
-    t0 = 1900.0                              # optional: time of y0 (default: first data time)
-    bounds = { "y0[prey]" = [0.0, inf] }     # optional (lower, upper)
-    na_values = ["n/a"]                      # optional: texts in the CSV that mark missing values
-    dtype = "float64"                        # or "float32"
-    out = "out/fit_lynx_hare"                # summary.txt, fit.json, fit.png go here
+model = "LotkaVolterra"                  # a class of the `models` package
+parameters = { alpha = 0.55 }            # initial guesses and fixed values (optional)
+y0 = [30.0, 4.0]                         # initial state (guess where fitted)
+data = "../data/lynx_hare.csv"           # CSV with a header row, relative to this file
+time = "year"                            # its time column (default: the first)
+columns = ["hare", "lynx"]               # value columns (default: all others)
+fit = ["alpha", "beta", "gamma", "delta"]   # fitted parameters
+initial_state = true                     # or false, or a list of indices / state names
+observe = [0, 1]                         # optional: the observed state components
+solver = "Tsit5"                         # or { name = "RK4" } with dt
+dt = 0.05                                # fixed-step solvers
+method = "lm"                            # lm | gauss-newton | bfgs
+loss = "log"                             # squared | log
+segments = 1                             # multiple shooting windows
+starts = 1                               # multiple starts (seeded by `seed`)
+seed = 0
+noise = 0.1                              # optional: known noise standard deviation
+t0 = 1900.0                              # optional: time of y0 (default: first data time)
+bounds = { "y0[prey]" = [0.0, inf] }     # optional (lower, upper)
+na_values = ["n/a"]                      # optional: texts in the CSV that mark missing values
+dtype = "float64"                        # or "float32"
+out = "out/fit_lynx_hare"                # summary.txt, fit.json, fit.png go here
 """
 
 import os
@@ -41,16 +41,55 @@ from ._config import (
 )
 
 _KEYS = {
-    "description", "model", "parameters", "y0", "data", "time", "columns", "fit",
-    "initial_state", "observe", "solver", "dt", "method", "loss", "segments", "starts", "seed",
-    "noise", "t0", "bounds", "dtype", "out", "max_iterations", "na_values",
+    "description",
+    "model",
+    "parameters",
+    "y0",
+    "data",
+    "time",
+    "columns",
+    "fit",
+    "initial_state",
+    "observe",
+    "solver",
+    "dt",
+    "method",
+    "loss",
+    "segments",
+    "starts",
+    "seed",
+    "noise",
+    "t0",
+    "bounds",
+    "dtype",
+    "out",
+    "max_iterations",
+    "na_values",
 }
 _KINDS = {
-    "description": TEXT, "model": TEXT, "parameters": TABLE, "y0": NUMBERS, "data": TEXT,
-    "time": TEXT, "columns": TEXTS, "fit": (TEXT, TEXTS), "initial_state": (bool, TEXTS, NUMBERS),
-    "observe": NUMBERS, "solver": (TEXT, TABLE), "dt": NUMBER, "method": TEXT, "loss": TEXT,
-    "segments": INTEGER, "starts": INTEGER, "seed": INTEGER, "noise": (NUMBER, NUMBERS),
-    "t0": NUMBER, "bounds": TABLE, "dtype": TEXT, "out": TEXT, "max_iterations": INTEGER,
+    "description": TEXT,
+    "model": TEXT,
+    "parameters": TABLE,
+    "y0": NUMBERS,
+    "data": TEXT,
+    "time": TEXT,
+    "columns": TEXTS,
+    "fit": (TEXT, TEXTS),
+    "initial_state": (bool, TEXTS, NUMBERS),
+    "observe": NUMBERS,
+    "solver": (TEXT, TABLE),
+    "dt": NUMBER,
+    "method": TEXT,
+    "loss": TEXT,
+    "segments": INTEGER,
+    "starts": INTEGER,
+    "seed": INTEGER,
+    "noise": (NUMBER, NUMBERS),
+    "t0": NUMBER,
+    "bounds": TABLE,
+    "dtype": TEXT,
+    "out": TEXT,
+    "max_iterations": INTEGER,
     "na_values": TEXTS,
 }
 _REQUIRED = ("model", "y0", "data", "fit", "out")

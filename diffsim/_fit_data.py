@@ -281,8 +281,7 @@ def _read_csv(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     for n, cells in rows:
         if len(cells) != len(header):
             raise ValueError(
-                f"{path}, line {n}: {len(cells)} cells, but the header names {len(header)} "
-                "columns"
+                f"{path}, line {n}: {len(cells)} cells, but the header names {len(header)} columns"
             )
     # an unnamed column with no values is a trailing comma, not an observable
     keep = [j for j, name in enumerate(header) if name or any(cells[j] for _, cells in rows)]

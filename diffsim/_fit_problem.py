@@ -186,9 +186,7 @@ class Problem(eqx.Module):
         states = states[self.first_observed :]
         if self.observe is None:
             return states.reshape(states.shape[0], -1)
-        predict = jax.vmap(
-            lambda y: jnp.ravel(jnp.asarray(self.observe(y.reshape(self.y0_shape))))
-        )
+        predict = jax.vmap(lambda y: jnp.ravel(jnp.asarray(self.observe(y.reshape(self.y0_shape)))))
         return predict(states)
 
     def data_residuals(self, predictions):

@@ -113,8 +113,13 @@ class FitResult:
             low, high = self.confidence_intervals[name]
             relative = abs(se / value) if value != 0 else float("nan")
             rows.append(
-                [name, f"{value:.6g}", f"{se:.3g}", f"{100 * relative:.2g}%",
-                 f"[{low:.5g}, {high:.5g}]"]
+                [
+                    name,
+                    f"{value:.6g}",
+                    f"{se:.3g}",
+                    f"{100 * relative:.2g}%",
+                    f"[{low:.5g}, {high:.5g}]",
+                ]
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for i, row in enumerate(rows):

@@ -79,8 +79,10 @@ def replace_unconstrained_parameters(model, fill):
     for field in dataclasses.fields(model):
         constraint = parameter_constraints(field)
         value = getattr(model, field.name)
-        if constraint is None or value is None or not (
-            constraint["positive"] or constraint["nonnegative"]
+        if (
+            constraint is None
+            or value is None
+            or not (constraint["positive"] or constraint["nonnegative"])
         ):
             continue
         ok = jnp.all(value > 0) if constraint["positive"] else jnp.all(value >= 0)

@@ -98,8 +98,7 @@ def _components(which, count: int, what: str = "component") -> None:
     for i in which:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -count <= i < count:
             raise ValueError(
-                f"{what} {i!r} is not an index of the {count} state components (0 to "
-                f"{count - 1})"
+                f"{what} {i!r} is not an index of the {count} state components (0 to {count - 1})"
             )
 
 

@@ -74,9 +74,7 @@ def name_outputs(tree) -> dict[str, jax.Array]:
                 jnp.issubdtype(jnp.result_type(leaf), jnp.number)
                 or jnp.result_type(leaf) == jnp.bool_
             ):
-                raise TypeError(
-                    f"the reduce output {key!r} must be numbers (arrays), got {leaf!r}"
-                )
+                raise TypeError(f"the reduce output {key!r} must be numbers (arrays), got {leaf!r}")
         if len(leaves) == 1 and not isinstance(value, (tuple, list, dict)):
             named[key] = jnp.asarray(leaves[0])
         else:

@@ -126,9 +126,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
 def _refit_run(problem, data, scale, u0, optimizer):
     def one(values, scale):
         replicate = dataclasses.replace(problem, values=values, scale=scale)
-        optimum = opt.optimize(
-            lambda u: replicate.residuals(replicate.natural(u)), u0, optimizer
-        )
+        optimum = opt.optimize(lambda u: replicate.residuals(replicate.natural(u)), u0, optimizer)
         p = replicate.natural(optimum.u)
         jacobian, r = jax.jacfwd(
             lambda q: (lambda y: (y, y))(replicate.residuals(q)), has_aux=True

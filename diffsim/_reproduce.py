@@ -59,14 +59,12 @@ def discover(folder: str | Path, what: str = "experiments") -> dict[str, Path]:
         )
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"no {what} folder {str(folder)!r}: run from the repository root or pass "
-            f"--{what} DIR"
+            f"no {what} folder {str(folder)!r}: run from the repository root or pass --{what} DIR"
         )
     found = {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
     if not found:
         raise ValueError(
-            f"the {what} folder {str(folder)!r} holds no modules (*.py files not starting "
-            "with _)"
+            f"the {what} folder {str(folder)!r} holds no modules (*.py files not starting with _)"
         )
     return found
 

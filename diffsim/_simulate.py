@@ -297,9 +297,7 @@ def simulate(
 
     solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
     if records is not None:
-        event_time, event_state, event_count = records.public(
-            isinstance(events, Event), event_list
-        )
+        event_time, event_state, event_count = records.public(isinstance(events, Event), event_list)
         solution = Solution(
             ts=ts,
             ys=ys,

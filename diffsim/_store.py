@@ -136,9 +136,7 @@ def create(path: str, variables: list[Variable], attrs: dict) -> None:
         group = zarr.open_group(temporary, mode="w-", zarr_format=3)
         # xarray reads the CF "coordinates" attribute to restore coordinates that are not
         # indexes (sampled parameters along `sample`, grid axes with vector values)
-        extra = " ".join(
-            v.name for v in variables if v.values is not None and v.dims != (v.name,)
-        )
+        extra = " ".join(v.name for v in variables if v.values is not None and v.dims != (v.name,))
         for v in variables:
             array_attrs = dict(v.attrs)
             if v.values is None and extra:

@@ -355,8 +355,22 @@ class _MemberSpec:
         # a jax array: closed over, it stays concrete inside the traced member function
         ts = jnp.asarray(ts)
         spec = cls(
-            model, is_factory, tuple(parameters), components, whole, flat_y0, unravel, dtype,
-            ts, solver, dt, reduce_fn, reduce_name, known_dims, key, max_steps,
+            model,
+            is_factory,
+            tuple(parameters),
+            components,
+            whole,
+            flat_y0,
+            unravel,
+            dtype,
+            ts,
+            solver,
+            dt,
+            reduce_fn,
+            reduce_name,
+            known_dims,
+            key,
+            max_steps,
             {name: axes.values[name].shape[1:] for name in parameters},
         )
         spec._check_parameters(axes)
@@ -585,9 +599,7 @@ class _ChunkRunner:
         self.spec, self.axes, self.plan = spec, axes, plan
         sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
         self._sharding = sharding
-        self._run = jax.jit(
-            jax.vmap(spec.member), in_shardings=sharding, out_shardings=sharding
-        )
+        self._run = jax.jit(jax.vmap(spec.member), in_shardings=sharding, out_shardings=sharding)
 
     def launch(self, chunk: int):
         """Start computing `chunk` (asynchronously); returns the device outputs."""
@@ -684,7 +696,7 @@ def _check_names(coordinates, variables, axes: _Axes) -> None:
             raise ValueError(
                 f"the reduce output {v.name!r} has the name of {taken[v.name]}; rename it"
             )
-        for dim in v.dims[len(axes.dims):]:
+        for dim in v.dims[len(axes.dims) :]:
             if dim in axes.dims:
                 raise ValueError(
                     f"the sweep axis {dim!r} has the name of a dimension of the output "
@@ -722,8 +734,8 @@ def _coordinates(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan, used_dims: di
             used_dims["state"] = values.shape[1]
         elif values.dtype.kind in "iub":
             values = values.astype(spec.dtype)
-        component_dims = ("state",) if name == "y0" else tuple(
-            f"{name}_dim{k}" for k in range(values.ndim - 1)
+        component_dims = (
+            ("state",) if name == "y0" else tuple(f"{name}_dim{k}" for k in range(values.ndim - 1))
         )
         if axes.kind == "samples":
             dims, coord_name, chunks = (_SAMPLE_DIM, *component_dims), name, member_chunks
@@ -733,8 +745,13 @@ def _coordinates(axes: _Axes, spec: _MemberSpec, plan: _ChunkPlan, used_dims: di
             dims, chunks = (name, *component_dims), (values.shape[0],)
         coordinates.append(
             _store.Variable(
-                coord_name, dims, values.shape, tuple(chunks) + values.shape[1:], values.dtype,
-                _store.fill_value(values.dtype), values=values,
+                coord_name,
+                dims,
+                values.shape,
+                tuple(chunks) + values.shape[1:],
+                values.dtype,
+                _store.fill_value(values.dtype),
+                values=values,
             )
         )
     if "time" in used_dims:
@@ -782,10 +799,16 @@ def _describe(obj):
     if isinstance(obj, (jax.Array, np.ndarray, np.generic)):
         array = _key_data(obj) if isinstance(obj, jax.Array) else np.asarray(obj)
         if array.size <= 32:
-            return {"dtype": str(array.dtype), "shape": list(array.shape),
-                    "values": array.ravel().tolist()}
-        return {"dtype": str(array.dtype), "shape": list(array.shape),
-                "sha256": hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()}
+            return {
+                "dtype": str(array.dtype),
+                "shape": list(array.shape),
+                "values": array.ravel().tolist(),
+            }
+        return {
+            "dtype": str(array.dtype),
+            "shape": list(array.shape),
+            "sha256": hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest(),
+        }
     if isinstance(obj, eqx.Module) or dataclasses.is_dataclass(obj):
         return {
             "type": _describe_code(type(obj)),

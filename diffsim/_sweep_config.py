@@ -42,8 +42,20 @@ from ._config import (
 )
 
 _KEYS = {
-    "description", "model", "parameters", "axes", "samples", "y0", "ts", "solver", "dt",
-    "max_steps", "reduce", "chunk_size", "store", "dtype",
+    "description",
+    "model",
+    "parameters",
+    "axes",
+    "samples",
+    "y0",
+    "ts",
+    "solver",
+    "dt",
+    "max_steps",
+    "reduce",
+    "chunk_size",
+    "store",
+    "dtype",
 }
 _REQUIRED = ("model", "y0", "ts", "solver", "store")
 _KINDS = {

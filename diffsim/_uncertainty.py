@@ -53,8 +53,7 @@ def _betainc(a: float, b: float, x: float) -> float:
     if x >= 1.0:
         return 1.0
     log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-        + a * math.log(x) + b * math.log1p(-x)
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     )
     if x > (a + 1.0) / (a + b + 2.0):
         return 1.0 - _betainc(b, a, 1.0 - x)
@@ -107,20 +106,26 @@ def nonidentifiable(jacobian: np.ndarray, p: np.ndarray, names) -> list[tuple[st
     top = values.max()
     notes = []
     if not top > 0:
-        return [("the residuals do not depend on any fitted unknown: nothing is identifiable",
-                 set(names))]
+        return [
+            (
+                "the residuals do not depend on any fitted unknown: nothing is identifiable",
+                set(names),
+            )
+        ]
     for value, vector in zip(values, vectors.T):
         if value / top >= NONIDENTIFIABLE_RCOND:
             continue
         weights = vector / np.abs(vector).max()
         involved = [(w, name) for w, name in zip(weights, names) if abs(w) >= 0.1]
         direction = " ".join(f"{w:+.2f}·{name}" for w, name in involved)
-        notes.append((
-            "practically non-identifiable: the data do not determine the direction "
-            f"{direction} (relative changes; eigenvalue {value / top:.1e} of the largest). Fix "
-            "one of these parameters, or add data that separate them",
-            {name for _, name in involved},
-        ))
+        notes.append(
+            (
+                "practically non-identifiable: the data do not determine the direction "
+                f"{direction} (relative changes; eigenvalue {value / top:.1e} of the largest). Fix "
+                "one of these parameters, or add data that separate them",
+                {name for _, name in involved},
+            )
+        )
     return notes
 
 

@@ -155,8 +155,10 @@ def _reproduce(args) -> int:
     print(summary_table(outcomes))
     where = outcomes[0].out_dir.parent if outcomes else args.out
     verdict = "no change" if args.check and succeeded(outcomes) else ""
-    print(f"outputs in {where}/<experiment>/ (figures, data, manifest.json, log.txt); "
-          f"{time.perf_counter() - start:.0f} s in all" + (f"; {verdict}" if verdict else ""))
+    print(
+        f"outputs in {where}/<experiment>/ (figures, data, manifest.json, log.txt); "
+        f"{time.perf_counter() - start:.0f} s in all" + (f"; {verdict}" if verdict else "")
+    )
     return 0 if succeeded(outcomes) else 1
 
 

@@ -65,8 +65,12 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
     plt.close(fig)
     record = {
         label.split(" (")[0].replace(" ", "_"): dict(
-            params=r.params, stderr=r.stderr, loss=r.loss, converged=r.converged,
-            noise_sd=float(np.sqrt(r.noise_variance)), iterations=r.iterations,
+            params=r.params,
+            stderr=r.stderr,
+            loss=r.loss,
+            converged=r.converged,
+            noise_sd=float(np.sqrt(r.noise_variance)),
+            iterations=r.iterations,
         )
         for label, r in rows
     }

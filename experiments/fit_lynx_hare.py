@@ -39,15 +39,22 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
     adaptive = dict(solver=ds.Tsit5(rtol=1e-8, atol=1e-8))
     solver = dict(solver=ds.RK4(), dt=0.02) if quick else adaptive
     result = ds.fit(
-        guess, jnp.array([30.0, 4.0]), data, params=["alpha", "beta", "gamma", "delta"],
-        initial_state=True, loss="log", **solver,
+        guess,
+        jnp.array([30.0, 4.0]),
+        data,
+        params=["alpha", "beta", "gamma", "delta"],
+        initial_state=True,
+        loss="log",
+        **solver,
         bounds={"y0[prey]": (0.0, None), "y0[predator]": (0.0, None)},
     )
     print(result.summary())
     for name, value in PUBLISHED.items():
         z = (result.params[name] - value) / result.stderr[name]
-        print(f"{name}: {result.params[name]:.4g} ± {result.stderr[name]:.2g} "
-              f"(published {value}; {z:+.2f} standard errors)")
+        print(
+            f"{name}: {result.params[name]:.4g} ± {result.stderr[name]:.2g} "
+            f"(published {value}; {z:+.2f} standard errors)"
+        )
 
     files = ds.plot.save(result.plot(), out, "fit_lynx_hare")
     ts, curve = result.curve(600)
@@ -68,8 +75,11 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
     fig.tight_layout()
     files += ds.plot.save(fig, out, "fit_lynx_hare_profiles")
     plt.close("all")
-    files.append(_output.table(out, "fit_lynx_hare_curve", {
-        "year": ts, "hare": curve[:, 0], "lynx": curve[:, 1]}))
+    files.append(
+        _output.table(
+            out, "fit_lynx_hare_curve", {"year": ts, "hare": curve[:, 0], "lynx": curve[:, 1]}
+        )
+    )
     record = dict(
         params=result.params, stderr=result.stderr, intervals=result.confidence_intervals,
         noise_sd=float(np.sqrt(result.noise_variance)), published=PUBLISHED,

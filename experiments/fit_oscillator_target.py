@@ -39,13 +39,22 @@ def run(out_dir="out/fit_oscillator_target", quick: bool = False) -> dict:
     options = dict(t0=0.0, solver=ds.RK4(), dt=0.001, noise=TOLERANCE)
     # (a) hit x = 1 at T: the initial velocity only
     hit = ds.fit(
-        oscillator, jnp.array([0.0, 0.5]), (np.array([T]), np.array([TARGET])), params=[],
-        initial_state=["v"], observe=position, **options,
+        oscillator,
+        jnp.array([0.0, 0.5]),
+        (np.array([T]), np.array([TARGET])),
+        params=[],
+        initial_state=["v"],
+        observe=position,
+        **options,
     )
     # (b) arrive at rest at x = 1: both components, the whole final state observed
     rest = ds.fit(
-        oscillator, jnp.array([0.0, 0.5]), (np.array([T]), np.array([[TARGET, 0.0]])),
-        params=[], initial_state=True, **options,
+        oscillator,
+        jnp.array([0.0, 0.5]),
+        (np.array([T]), np.array([[TARGET, 0.0]])),
+        params=[],
+        initial_state=True,
+        **options,
     )
     print(hit.summary())
     print(rest.summary())

@@ -42,8 +42,13 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
     values = np.asarray(clean) + NOISE * np.random.default_rng(SEED).standard_normal(ts.size)
     guess = models.DampedPendulum(length=0.8, damping=0.1)
     result = ds.fit(
-        guess, y0, ds.Data(ts, values, names=("angle (rad)",)), params=["length", "damping"],
-        observe=angle, solver=ds.RK4(), dt=0.01,
+        guess,
+        y0,
+        ds.Data(ts, values, names=("angle (rad)",)),
+        params=["length", "damping"],
+        observe=angle,
+        solver=ds.RK4(),
+        dt=0.01,
     )
     print(result.summary())
     profile = ds.profile(result, "damping", points=9 if quick else 21)
@@ -58,8 +63,9 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
     files += ds.plot.save(fig, out, "fit_pendulum_profile")
     plt.close("all")
     files.append(
-        _output.table(out, "fit_pendulum_data", {"t": ts, "angle": values,
-                                                 "fit": result.predictions})
+        _output.table(
+            out, "fit_pendulum_data", {"t": ts, "angle": values, "fit": result.predictions}
+        )
     )
     record = dict(
         truth=TRUTH, noise=NOISE, params=result.params, stderr=result.stderr,

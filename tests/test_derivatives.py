@@ -81,8 +81,7 @@ SOLVER_PARAMS = [
 # The adaptive Hessian (forward over the DirectAdjoint reverse mode) runs by default for
 # Kvaerno5; Tsit5's takes the same path (~26 s): a slow extra.
 HESSIAN_PARAMS = [
-    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, ds.Tsit5) else s
-    for s in SOLVER_PARAMS
+    pytest.param(s, marks=pytest.mark.slow) if isinstance(s, ds.Tsit5) else s for s in SOLVER_PARAMS
 ]
 # Kvaerno5's first derivatives (~40 s to compile) are slow extras too; its Hessian, forward over
 # reverse mode, runs by default and exercises both modes of the implicit solve.

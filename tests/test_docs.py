@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 API = ROOT / "docs" / "api"
 
 
-
 def test_site_builds_strictly(tmp_path):
     # ~3 s on 2 cores: mkdocstrings reads the package statically (griffe), nothing is executed.
     pytest.importorskip("mkdocs")

@@ -83,8 +83,9 @@ def test_dt_with_traced_ts_asks_for_steps_per_save():
 def test_numpy_times_made_inside_jit_stay_concrete_as_the_error_suggests():
     def final(length):
         model = ds.ODE(lambda t, y, p: -p * y, length)
-        return ds.simulate(model, jnp.array([1.0]), np.linspace(0.0, 1.0, 5), solver=ds.RK4(),
-                           dt=0.05).ys[-1, 0]
+        return ds.simulate(
+            model, jnp.array([1.0]), np.linspace(0.0, 1.0, 5), solver=ds.RK4(), dt=0.05
+        ).ys[-1, 0]
 
     # RK4 on y' = -k y multiplies y by its stability polynomial R(z), z = -k dt, every step:
     # after 20 steps y = R(-0.1)^20 up to rounding.

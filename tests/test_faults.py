@@ -578,8 +578,10 @@ def test_kill_at_a_random_point_then_resume(tmp_path, seed):
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     assert _worker(store, "--size", "large").wait(timeout=600) == 0
-    with xr.open_zarr(reference, consolidated=False) as a, xr.open_zarr(store,
-                                                                        consolidated=False) as b:
+    with (
+        xr.open_zarr(reference, consolidated=False) as a,
+        xr.open_zarr(store, consolidated=False) as b,
+    ):
         for name in ("max_abs", "result", "num_steps"):
             np.testing.assert_array_equal(a[name].values, b[name].values)
 

@@ -83,6 +83,7 @@ def test_covariance_matches_finite_difference_hessian(pendulum_fit):
     hessian = np.zeros((k, k))
     for i in range(k):
         for j in range(k):
+
             def at(si, sj):
                 p = p_hat.copy()
                 p[i] += si * h[i]
@@ -123,8 +124,14 @@ def test_fixed_parameters_stay_fixed_and_partial_initial_state():
     values = _noisy(1)
     guess = models.DampedPendulum(length=1.0, damping=0.1, gravity=9.81)
     result = ds.fit(
-        guess, jnp.array([0.9, 0.0]), (TS, values), params="damping",
-        initial_state=["angle"], observe=angle, solver=ds.RK4(), dt=0.01,
+        guess,
+        jnp.array([0.9, 0.0]),
+        (TS, values),
+        params="damping",
+        initial_state=["angle"],
+        observe=angle,
+        solver=ds.RK4(),
+        dt=0.01,
     )
     assert result.names == ("damping", "y0[angle]")
     assert float(result.model.length) == 1.0 and float(result.model.gravity) == 9.81
@@ -147,9 +154,13 @@ def test_uniform_weights_change_nothing_and_a_filter_selects_parameters(pendulum
 def test_float32_initial_state_fits_in_float32():
     # y0's dtype sets the precision, also with x64 enabled (as in these tests)
     result = ds.fit(
-        models.DampedPendulum(length=0.8, damping=0.1), jnp.asarray(Y0, jnp.float32),
-        (TS, _noisy(0).astype(np.float32)), params=["length", "damping"], observe=angle,
-        solver=ds.RK4(), dt=0.01,
+        models.DampedPendulum(length=0.8, damping=0.1),
+        jnp.asarray(Y0, jnp.float32),
+        (TS, _noisy(0).astype(np.float32)),
+        params=["length", "damping"],
+        observe=angle,
+        solver=ds.RK4(),
+        dt=0.01,
     )
     assert result.model.length.dtype == jnp.float32 and result.converged
     for name, value in TRUTH.items():
@@ -176,8 +187,13 @@ def test_missing_values_are_ignored():
     with_nan = _fit_pendulum(holes)
     guess = models.DampedPendulum(length=0.8, damping=0.1)
     without = ds.fit(
-        guess, Y0, (TS[keep], values[keep]), params=["length", "damping"], observe=angle,
-        solver=ds.RK4(), dt=0.01,
+        guess,
+        Y0,
+        (TS[keep], values[keep]),
+        params=["length", "damping"],
+        observe=angle,
+        solver=ds.RK4(),
+        dt=0.01,
     )
     # weight 0 is the same as missing: no residual and no degree of freedom
     zero_weight = _fit_pendulum(values, weights=np.where(keep, 1.0, 0.0))
@@ -196,8 +212,15 @@ def test_other_methods_reach_the_same_optimum(pendulum_fit, method):
     guess = models.DampedPendulum(length=1.2, damping=0.2)
     budget = {"max_iterations": 500} if not isinstance(method, str) else {}
     result = ds.fit(
-        guess, Y0, (TS, _noisy(0)), params=["length", "damping"], observe=angle,
-        solver=ds.RK4(), dt=0.01, method=method, **budget,
+        guess,
+        Y0,
+        (TS, _noisy(0)),
+        params=["length", "damping"],
+        observe=angle,
+        solver=ds.RK4(),
+        dt=0.01,
+        method=method,
+        **budget,
     )
     for name in TRUTH:
         # optax's Adam ends within a fraction of a standard error, not to round-off
@@ -231,9 +254,7 @@ def test_multiple_shooting_fits_lorenz_where_single_shooting_fails():
     clean = np.asarray(ds.simulate(truth, y0, ts, solver=ds.RK4(), dt=0.01).ys)
     values = clean + 0.5 * np.random.default_rng(2).standard_normal(clean.shape)
     guess = models.Lorenz(sigma=5.0, rho=15.0, beta=1.0)
-    options = dict(
-        params=["sigma", "rho", "beta"], initial_state=True, solver=ds.RK4(), dt=0.01
-    )
+    options = dict(params=["sigma", "rho", "beta"], initial_state=True, solver=ds.RK4(), dt=0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)
         single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options)
@@ -251,12 +272,24 @@ def test_lynx_hare_agrees_with_the_published_estimates():
     # under multiplicative (log-normal) noise: α 0.55, β 0.028, γ 0.80, δ 0.024, z0 = (33.9, 5.9).
     data = ds.Data.from_csv(LYNX_HARE, time="year")
     result = ds.fit(
-        models.LotkaVolterra(), jnp.array([30.0, 4.0]), data,
-        params=["alpha", "beta", "gamma", "delta"], initial_state=True, loss="log",
-        bounds={"y0[prey]": (0, None), "y0[predator]": (0, None)}, solver=ds.RK4(), dt=0.02,
+        models.LotkaVolterra(),
+        jnp.array([30.0, 4.0]),
+        data,
+        params=["alpha", "beta", "gamma", "delta"],
+        initial_state=True,
+        loss="log",
+        bounds={"y0[prey]": (0, None), "y0[predator]": (0, None)},
+        solver=ds.RK4(),
+        dt=0.02,
     )
-    published = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024,
-                 "y0[prey]": 33.9, "y0[predator]": 5.9}
+    published = {
+        "alpha": 0.55,
+        "beta": 0.028,
+        "gamma": 0.80,
+        "delta": 0.024,
+        "y0[prey]": 33.9,
+        "y0[predator]": 5.9,
+    }
     for name, value in published.items():
         # a maximum-likelihood estimate against a posterior mean: within one standard error
         assert abs(result.params[name] - value) < result.stderr[name], result.summary()
@@ -268,8 +301,13 @@ def test_nonidentifiable_parameters_are_named():
     guess = models.DampedPendulum(length=1.0, gravity=9.0, damping=0.2)
     with pytest.warns(ds.FitWarning, match="non-identifiable") as record:
         result = ds.fit(
-            guess, Y0, (TS, _noisy(5)), params=["length", "gravity"], observe=angle,
-            solver=ds.RK4(), dt=0.01,
+            guess,
+            Y0,
+            (TS, _noisy(5)),
+            params=["length", "gravity"],
+            observe=angle,
+            solver=ds.RK4(),
+            dt=0.01,
         )
     message = next(str(w.message) for w in record if "non-identifiable" in str(w.message))
     assert "length" in message and "gravity" in message

@@ -57,8 +57,10 @@ def test_fit_command_writes_summary_json_and_figure(tmp_path, capsys):
     text = text.replace('"../data/lynx_hare.csv"', f'"{data.as_posix()}"')
     # observe = [0, 1] (both populations, as the config format documents) once failed inside
     # JAX ("non-tuple sequence for multidimensional indexing")
-    text = text.replace('solver = { name = "Tsit5", rtol = 1e-8, atol = 1e-8 }',
-                        'solver = "RK4"\ndt = 0.02\nobserve = [0, 1]')
+    text = text.replace(
+        'solver = { name = "Tsit5", rtol = 1e-8, atol = 1e-8 }',
+        'solver = "RK4"\ndt = 0.02\nobserve = [0, 1]',
+    )
     config = tmp_path / "lynx.toml"
     config.write_text(text)
     assert main(["fit", str(config), "--out", str(tmp_path / "out")]) == 0

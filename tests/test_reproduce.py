@@ -178,28 +178,32 @@ def test_run_experiment_enforces_the_contract(tmp_path):
 
 def test_a_run_keeps_no_stale_files_and_lists_all_it_writes(tmp_path):
     path = tmp_path / "partial.py"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         from pathlib import Path
 
         def run(out_dir, quick=False):
             if not quick:  # the full run writes it, the quick one only claims to
                 (Path(out_dir) / "once.json").write_text("{}")
             return {"files": ["once.json"], "config": {}}
-    '''))
+    """)
+    )
     out = tmp_path / "out"
     ds.run_experiment(path, out)
     assert (out / "once.json").exists() and (out / "manifest.json").exists()
     with pytest.raises(ds.ExperimentError, match="listed 'once.json' but did not write it"):
         ds.run_experiment(path, out, quick=True)  # the earlier run's file does not count
     assert not (out / "manifest.json").exists()  # the folder no longer claims a valid run
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         from pathlib import Path
 
         def run(out_dir, quick=False):
             (Path(out_dir) / "listed.csv").write_text("a\\n1\\n")
             (Path(out_dir) / "forgotten.png").write_bytes(b"")
             return {"files": ["listed.csv"], "config": {}}
-    '''))
+    """)
+    )
     with pytest.raises(ds.ExperimentError, match=r"wrote \['forgotten.png'\] but did not list"):
         ds.run_experiment(path, out)
 
@@ -208,8 +212,10 @@ def test_changed_text_and_numbers_are_told_apart(tmp_path):
     from diffsim._reproduce import compare_files
 
     entries = {}
-    for name, text in (("old", '{"solver": "RK4", "error": 1.0, "bound": Infinity}'),
-                       ("new", '{"solver": "RK38", "error": 1.25, "bound": Infinity}')):
+    for name, text in (
+        ("old", '{"solver": "RK4", "error": 1.0, "bound": Infinity}'),
+        ("new", '{"solver": "RK38", "error": 1.25, "bound": Infinity}'),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(text)
         entries[name] = {"summary.json": {"sha256": _provenance.sha256(

@@ -86,8 +86,10 @@ def test_path_does_not_depend_on_saved_times_or_batching():
     assert ends[0] == ends[1] == ends[2]
     keys = _keys(64)
     whole = _final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, 0.01, keys)
-    halves = [_final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, 0.01, k)
-              for k in (keys[:32], keys[32:])]
+    halves = [
+        _final(gbm, ds.EulerMaruyama(), jnp.array([1.0]), 1.0, 0.01, k)
+        for k in (keys[:32], keys[32:])
+    ]
     assert jnp.array_equal(whole, jnp.concatenate(halves))
 
 
@@ -109,8 +111,12 @@ def test_general_noise_shares_one_brownian_motion():
     model = _GBMWithItsPath()
     key = jax.random.key(3)
     y = ds.simulate(
-        model, jnp.array([1.0, 0.0]), np.array([0.0, 1.0]), solver=ds.EulerMaruyama(),
-        dt=1 / 64, key=key,
+        model,
+        jnp.array([1.0, 0.0]),
+        np.array([0.0, 1.0]),
+        solver=ds.EulerMaruyama(),
+        dt=1 / 64,
+        key=key,
     ).ys[-1]
     # EM integrates dW exactly: the second component is W(1) from the documented increments
     assert float(y[1]) == pytest.approx(float(_brownian(key, 64, 1 / 64)[0]), abs=1e-12)
@@ -147,7 +153,10 @@ def _brownian(key, n, dt):
 def test_sweep_of_an_sde_is_the_same_whatever_the_chunking():
     axes = {"theta": np.linspace(0.5, 2.0, 6), "sigma": [0.1, 0.5, 1.0]}
     options = dict(
-        solver=ds.EulerMaruyama(), dt=0.05, reduce="final_state", key=jax.random.key(11),
+        solver=ds.EulerMaruyama(),
+        dt=0.05,
+        reduce="final_state",
+        key=jax.random.key(11),
         progress=False,
     )
     model = models.OrnsteinUhlenbeck(mu=1.0)
@@ -156,14 +165,24 @@ def test_sweep_of_an_sde_is_the_same_whatever_the_chunking():
     assert np.array_equal(small["final_state"].values, large["final_state"].values)
     # member (i, j) of the C-ordered grid is index 3i + j; its path key is documented
     member = ds.simulate(
-        models.OrnsteinUhlenbeck(theta=axes["theta"][4], mu=1.0, sigma=0.5), jnp.zeros(1),
-        np.array([0.0, 2.0]), solver=ds.EulerMaruyama(), dt=0.05,
+        models.OrnsteinUhlenbeck(theta=axes["theta"][4], mu=1.0, sigma=0.5),
+        jnp.zeros(1),
+        np.array([0.0, 2.0]),
+        solver=ds.EulerMaruyama(),
+        dt=0.05,
         key=jax.random.fold_in(jax.random.fold_in(jax.random.key(11), 3 * 4 + 1), 1),
     )
     assert float(small["final_state"].values[4, 1, 0]) == float(member.ys[-1, 0])
     with pytest.raises(ValueError, match="give the sweep a key"):
-        ds.sweep(model, axes, jnp.zeros(1), np.array([0.0, 2.0]), solver=ds.EulerMaruyama(),
-                 dt=0.05, progress=False)
+        ds.sweep(
+            model,
+            axes,
+            jnp.zeros(1),
+            np.array([0.0, 2.0]),
+            solver=ds.EulerMaruyama(),
+            dt=0.05,
+            progress=False,
+        )
 
 
 def test_langevin_velocities_reach_equipartition():
@@ -245,8 +264,11 @@ def test_stochastic_sir_conserves_people_and_follows_the_deterministic_mean():
     # each increment moves people between compartments: the total is kept to round-off
     assert float(jnp.max(jnp.abs(ends.sum(axis=1) - n_people))) < 1e-7 * n_people
     deterministic = ds.simulate(
-        models.SIR(beta=0.3, gamma=0.1, population=n_people), y0, np.array([0.0, 30.0]),
-        solver=ds.RK4(), dt=0.05,
+        models.SIR(beta=0.3, gamma=0.1, population=n_people),
+        y0,
+        np.array([0.0, 30.0]),
+        solver=ds.RK4(),
+        dt=0.05,
     ).ys[-1]
     # Through the nonlinear drift, noise shifts the ensemble mean from the deterministic path by
     # O(1/I₀) relative (measured: 1.7% for I₀ = 100, 0.4% for I₀ = 1000), plus Euler–Maruyama's

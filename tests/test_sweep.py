@@ -36,8 +36,14 @@ def test_grid_equals_vmap_with_padded_chunks():
     lengths, dampings = np.linspace(0.5, 2.0, 7), np.array([0.0, 0.1, 0.3])
     # 7 x 3 members in blocks of 2 x 3 (chunk_size 6): four chunks, the last one padded.
     result = ds.sweep(
-        models.DampedPendulum(), {"length": lengths, "damping": dampings}, Y0, TS,
-        solver=ds.RK4(), dt=0.01, chunk_size=6, progress=False,
+        models.DampedPendulum(),
+        {"length": lengths, "damping": dampings},
+        Y0,
+        TS,
+        solver=ds.RK4(),
+        dt=0.01,
+        chunk_size=6,
+        progress=False,
     )
     grid_l, grid_d = np.meshgrid(lengths, dampings, indexing="ij")
     expected = jax.vmap(_pendulum_ys)(grid_l.ravel(), grid_d.ravel()).reshape(7, 3, 6, 2)
@@ -54,8 +60,15 @@ def test_samples_with_initial_state_component_equal_vmap():
     samples = ds.Samples.halton({"length": (0.5, 2.0), "y0[0]": (0.1, 1.5)}, 13)
     # (the adaptive path is covered by the worker's Tsit5 sweep below)
     result = ds.sweep(
-        models.DampedPendulum(damping=0.1), samples, Y0, TS, solver=ds.RK4(), dt=0.01,
-        reduce="final_state", chunk_size=5, progress=False,
+        models.DampedPendulum(damping=0.1),
+        samples,
+        Y0,
+        TS,
+        solver=ds.RK4(),
+        dt=0.01,
+        reduce="final_state",
+        chunk_size=5,
+        progress=False,
     )
 
     def final(length, angle):
@@ -75,8 +88,14 @@ def test_whole_initial_states_axis_and_custom_reduce():
         return {"peak": jnp.max(jnp.abs(solution.ys[:, 0])), "last": solution.ys[-1]}
 
     result = ds.sweep(
-        models.HarmonicOscillator(omega=2.0), {"y0": states}, None, TS, solver=ds.RK4(),
-        dt=0.005, reduce=amplitude, progress=False,
+        models.HarmonicOscillator(omega=2.0),
+        {"y0": states},
+        None,
+        TS,
+        solver=ds.RK4(),
+        dt=0.005,
+        reduce=amplitude,
+        progress=False,
     )
     oscillator = models.HarmonicOscillator(omega=2.0)
     expected = jax.vmap(lambda y0: ds.simulate(oscillator, y0, TS, solver=ds.RK4(), dt=0.005).ys)(
@@ -95,8 +114,14 @@ def test_one_compilation_serves_every_chunk():
         return models.HarmonicOscillator(omega=omega)
 
     ds.sweep(
-        oscillator, {"omega": np.linspace(1.0, 2.0, 10)}, Y0, TS, solver=ds.RK4(), dt=0.01,
-        chunk_size=3, progress=False,
+        oscillator,
+        {"omega": np.linspace(1.0, 2.0, 10)},
+        Y0,
+        TS,
+        solver=ds.RK4(),
+        dt=0.01,
+        chunk_size=3,
+        progress=False,
     )
     # one trace for the output shapes (eval_shape) and one for the jitted chunk function: the
     # four chunks, the last one padded, add none.
@@ -109,8 +134,16 @@ def test_member_keys_come_from_fold_in():
 
     key = jax.random.key(7)
     result = ds.sweep(
-        random_frequency, {"omega": np.array([1.0, 2.0, 3.0, 4.0, 5.0])}, Y0, TS,
-        solver=ds.RK4(), dt=0.01, reduce="final_state", chunk_size=2, key=key, progress=False,
+        random_frequency,
+        {"omega": np.array([1.0, 2.0, 3.0, 4.0, 5.0])},
+        Y0,
+        TS,
+        solver=ds.RK4(),
+        dt=0.01,
+        reduce="final_state",
+        chunk_size=2,
+        key=key,
+        progress=False,
     )
     for i, omega in enumerate([1.0, 2.0, 3.0, 4.0, 5.0]):
         model = random_frequency(jnp.float64(omega), jax.random.fold_in(key, i))
@@ -128,8 +161,15 @@ def test_failing_member_does_not_poison_the_others():
     rates = np.array([0.05, 0.1, 0.5, 0.15, 2.0])
     with pytest.warns(UserWarning, match=r"2 of 5 members did not succeed \(nonfinite_state: 2\)"):
         result = ds.sweep(
-            _blowing_up, {"rate": rates}, jnp.array([1.0]), TS, solver=ds.RK4(), dt=0.001,
-            reduce="final_state", chunk_size=2, progress=False,
+            _blowing_up,
+            {"rate": rates},
+            jnp.array([1.0]),
+            TS,
+            solver=ds.RK4(),
+            dt=0.001,
+            reduce="final_state",
+            chunk_size=2,
+            progress=False,
         )
     failed = rates > 0.2
     assert (result["result"].values[failed] == ds.RESULTS.nonfinite_state).all()
@@ -167,14 +207,31 @@ def test_store_resumes_only_missing_chunks(tmp_path):
 def test_store_written_by_another_sweep_refuses_to_resume(tmp_path):
     store = str(tmp_path / "sweep.zarr")
     axes = {"length": np.linspace(0.5, 2.0, 4)}
-    ds.sweep(models.DampedPendulum(), axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store,
-             progress=False)
+    ds.sweep(
+        models.DampedPendulum(), axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store, progress=False
+    )
     with pytest.raises(ds.SweepStoreError, match=r"different sweep.*dt: stored 0.01, now 0.005"):
-        ds.sweep(models.DampedPendulum(), axes, Y0, TS, solver=ds.RK4(), dt=0.005, store=store,
-                 progress=False)
+        ds.sweep(
+            models.DampedPendulum(),
+            axes,
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.005,
+            store=store,
+            progress=False,
+        )
     with pytest.raises(ds.SweepStoreError, match="axes"):
-        ds.sweep(models.DampedPendulum(), {"length": np.linspace(0.5, 2.0, 5)}, Y0, TS,
-                 solver=ds.RK4(), dt=0.01, store=store, progress=False)
+        ds.sweep(
+            models.DampedPendulum(),
+            {"length": np.linspace(0.5, 2.0, 5)},
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            store=store,
+            progress=False,
+        )
     # a constant read by the model function is part of the config, not only its source code
     scale = 1.0
 
@@ -184,13 +241,20 @@ def test_store_written_by_another_sweep_refuses_to_resume(tmp_path):
     ds.sweep(scaled, axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store + "2", progress=False)
     scale = 2.0
     with pytest.raises(ds.SweepStoreError, match=r"model: stored .*\"scale\": 1.0"):
-        ds.sweep(scaled, axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store + "2",
-                 progress=False)
+        ds.sweep(scaled, axes, Y0, TS, solver=ds.RK4(), dt=0.01, store=store + "2", progress=False)
     not_a_store = tmp_path / "other"
     not_a_store.mkdir()
     with pytest.raises(ds.SweepStoreError, match="not a sweep store"):
-        ds.sweep(models.DampedPendulum(), axes, Y0, TS, solver=ds.RK4(), dt=0.01,
-                 store=str(not_a_store), progress=False)
+        ds.sweep(
+            models.DampedPendulum(),
+            axes,
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            store=str(not_a_store),
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize(
@@ -218,21 +282,43 @@ def test_other_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01, chunk_size=0)
     with pytest.raises(TypeError, match="model must be a function"):
-        ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
-                 key=jax.random.key(0))
+        ds.sweep(
+            pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01, key=jax.random.key(0)
+        )
     with pytest.raises(ValueError, match="unknown reduce 'final'"):
         ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01, reduce="final")
     with pytest.raises(ValueError, match=r"\['mass'\] are not arguments of the model function"):
         ds.sweep(lambda length: pendulum, {"mass": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01)
     with pytest.raises(ValueError, match=r"\['key'\] are not arguments of the model function"):
-        ds.sweep(lambda length: pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
-                 key=jax.random.key(0))
+        ds.sweep(
+            lambda length: pendulum,
+            {"length": [1.0]},
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            key=jax.random.key(0),
+        )
     with pytest.raises(ValueError, match="'result' has the name of a per-member variable"):
-        ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
-                 reduce=lambda sol: {"result": sol.ys[-1]})
+        ds.sweep(
+            pendulum,
+            {"length": [1.0]},
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            reduce=lambda sol: {"result": sol.ys[-1]},
+        )
     with pytest.raises(ValueError, match="'length' has the name of a coordinate"):
-        ds.sweep(pendulum, {"length": [1.0]}, Y0, TS, solver=ds.RK4(), dt=0.01,
-                 reduce=lambda sol: {"length": sol.ys[-1]})
+        ds.sweep(
+            pendulum,
+            {"length": [1.0]},
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            reduce=lambda sol: {"length": sol.ys[-1]},
+        )
     with pytest.raises(ValueError, match="at least one sample"):
         ds.Samples({"length": []})
     with pytest.raises(ValueError, match="y0 is None"):
@@ -264,8 +350,14 @@ def test_constraints_of_a_model_function_are_checked_per_member():
     # check them; the solve does, and flags the member instead of simulating a negative length.
     with pytest.warns(UserWarning, match="invalid_input: 1"):
         result = ds.sweep(
-            lambda length: models.DampedPendulum(length=length), {"length": [1.0, -1.0, 2.0]},
-            Y0, TS, solver=ds.RK4(), dt=0.01, reduce="final_state", progress=False,
+            lambda length: models.DampedPendulum(length=length),
+            {"length": [1.0, -1.0, 2.0]},
+            Y0,
+            TS,
+            solver=ds.RK4(),
+            dt=0.01,
+            reduce="final_state",
+            progress=False,
         )
     np.testing.assert_array_equal(result["result"].values, [0, ds.RESULTS.invalid_input, 0])
     assert np.isnan(result["final_state"].values[1]).all()
@@ -274,14 +366,23 @@ def test_constraints_of_a_model_function_are_checked_per_member():
 
 def test_integer_outputs_and_numpy_scalar_arguments(tmp_path):
     def count_positive(solution):
-        return {"positive": jnp.sum(solution.ys[:, 0] > 0).astype(jnp.uint32),
-                "ever_negative": jnp.any(solution.ys[:, 0] < 0)}
+        return {
+            "positive": jnp.sum(solution.ys[:, 0] > 0).astype(jnp.uint32),
+            "ever_negative": jnp.any(solution.ys[:, 0] < 0),
+        }
 
     lengths = np.array([0.5, 1.0, 2.0])
     result = ds.sweep(
-        models.DampedPendulum(), {"length": lengths}, Y0, TS, solver=ds.RK4(),
-        dt=np.float64(0.01), chunk_size=np.int64(2), reduce=count_positive,
-        store=str(tmp_path / "ints.zarr"), progress=False,
+        models.DampedPendulum(),
+        {"length": lengths},
+        Y0,
+        TS,
+        solver=ds.RK4(),
+        dt=np.float64(0.01),
+        chunk_size=np.int64(2),
+        reduce=count_positive,
+        store=str(tmp_path / "ints.zarr"),
+        progress=False,
     )
     lengths[:] = 99.0  # the result keeps the values it was given
     ys = jax.vmap(_pendulum_ys, in_axes=(0, None))(jnp.array([0.5, 1.0, 2.0]), 0.0)
@@ -294,7 +395,10 @@ def test_integer_outputs_and_numpy_scalar_arguments(tmp_path):
 def _worker(store, *extra, **kwargs):
     return subprocess.Popen(
         [sys.executable, WORKER, store, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
     )
 
 
@@ -339,8 +443,18 @@ def _two_processes(store, extra_for_process_1=(), devices: int = 1):
     port = str(_free_port())
     return [
         _worker(
-            store, "--size", "large", "--process-id", str(i), "--num-processes", "2",
-            "--port", port, "--devices", str(devices), *(extra_for_process_1 if i == 1 else ()),
+            store,
+            "--size",
+            "large",
+            "--process-id",
+            str(i),
+            "--num-processes",
+            "2",
+            "--port",
+            port,
+            "--devices",
+            str(devices),
+            *(extra_for_process_1 if i == 1 else ()),
         )
         for i in range(2)
     ]
