@@ -59,8 +59,9 @@ def _paper_run(tmp_path_factory):
     experiments = folder / "experiments"
     experiments.mkdir()
     (experiments / "tiny.py").write_text(textwrap.dedent(TINY))
-    out = folder / "out"
-    assert ds.reproduce(experiments=experiments, out=out, progress=False)[0].status == "ok"
+    # in this process: the folder and manifest `diffsim reproduce` writes, without the cost of
+    # its worker process (the refusals tested here come before any worker starts)
+    ds.run_experiment(experiments / "tiny.py", folder / "out" / "tiny")
     return folder
 
 
