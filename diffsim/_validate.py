@@ -134,9 +134,7 @@ def check_static_count(name: str, value, *, minimum: int = 1, maximum: int = MAX
     return int(value)
 
 
-def check_real(
-    name: str, value, *, positive=False, nonnegative=False, below=None, finite=True
-) -> float:
+def check_real(name: str, value, *, positive=False, nonnegative=False, finite=True) -> float:
     """Validate a concrete real scalar argument (a Python or NumPy number, or a 0-d array;
     not a bool, a string or a complex number); returns it as a float."""
     if not _is_real_scalar(value):
@@ -148,8 +146,6 @@ def check_real(
         raise ValueError(f"{name} must be > 0, got {value!r}")
     if nonnegative and not v >= 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
-    if below is not None and not v < below:
-        raise ValueError(f"{name} must be below {below}, got {value!r}")
     return v
 
 
@@ -187,12 +183,9 @@ def check_positive_number(name: str, value, *, allow_none=True) -> None:
         return
     if is_traced(value):
         return
-    try:
-        v = check_real(name, value)
-    except (TypeError, ValueError):
-        v = math.nan
-        if not _is_real_scalar(value):
-            raise TypeError(f"{name} must be a positive number, got {value!r}") from None
+    if not _is_real_scalar(value):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
