@@ -36,7 +36,8 @@ NUMBERS = "a list of numbers"
 TEXTS = "a list of strings"
 
 
-def _is(value, kind) -> bool:
+def is_kind(value, kind) -> bool:
+    """Whether a TOML value is of `kind` (a bool is no number)."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == NUMBER:
         return number
@@ -47,7 +48,9 @@ def _is(value, kind) -> bool:
     if kind == TABLE:
         return isinstance(value, dict)
     if kind == NUMBERS:
-        return isinstance(value, list) and all(_is(v, NUMBER) or _is(v, NUMBERS) for v in value)
+        return isinstance(value, list) and all(
+            is_kind(v, NUMBER) or is_kind(v, NUMBERS) for v in value
+        )
     if kind == TEXTS:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind is bool:
@@ -62,7 +65,7 @@ def check_types(path: str, config: dict, kinds: dict, error=ConfigError) -> None
         if key not in config:
             continue
         allowed = allowed if isinstance(allowed, tuple) else (allowed,)
-        if not any(_is(config[key], kind) for kind in allowed):
+        if not any(is_kind(config[key], kind) for kind in allowed):
             names = " or ".join("true/false" if k is bool else k for k in allowed)
             raise error(f"{path}: {key} must be {names}, got {config[key]!r}")
 
@@ -74,12 +77,11 @@ def writable_folder(path: str, what: str, error=ConfigError) -> None:
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise error(f"{what} = {path!r} is a file, not a folder: choose another {what}")
-    probe = os.path.join(path, f".diffsim-write-test-{os.getpid()}")
+    from ._validate import check_can_write
+
     try:
         os.makedirs(path, exist_ok=True)
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        check_can_write(path)
     except OSError as problem:
         raise error(
             f"cannot write into {what} = {path!r} ({problem.strerror or problem}): choose a "

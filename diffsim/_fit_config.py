@@ -30,6 +30,7 @@ from ._config import (
     check_types,
     ConfigError,
     INTEGER,
+    is_kind,
     load_toml,
     model_from,
     NUMBER,
@@ -108,9 +109,9 @@ def load(path: str) -> dict:
     if config.get("dtype", "float64") not in ("float32", "float64"):
         raise FitConfigError(f"{path}: dtype must be float32 or float64, got {config['dtype']!r}")
     for name, spec in config.get("bounds", {}).items():
-        if not (isinstance(spec, list) and len(spec) == 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec
-        )):  # fmt: skip
+        if not (
+            isinstance(spec, list) and len(spec) == 2 and all(is_kind(v, NUMBER) for v in spec)
+        ):
             raise FitConfigError(
                 f"{path}: bounds.{name} must be [lower, upper] (numbers; -inf / inf for an "
                 f"open side), got {spec!r}"
@@ -146,9 +147,7 @@ def fit_arguments(config: dict) -> dict:
         indices = config["observe"]
         size = len(config["y0"])
         if not (
-            isinstance(indices, list)
-            and indices
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in indices)
+            isinstance(indices, list) and indices and all(is_kind(i, INTEGER) for i in indices)
         ):
             raise FitConfigError(f"observe must be a list of state indices, got {indices!r}")
         outside = [i for i in indices if not -size <= i < size]

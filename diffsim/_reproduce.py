@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from . import _provenance
 from ._experiment import kind, LOG, MANIFEST
+from ._validate import check_can_write
 
 
 class ReproduceError(ValueError):
@@ -182,9 +183,7 @@ def _prepare_out(out: Path, names: list[str]) -> None:
     try:
         for name in names:
             (out / name).mkdir(parents=True, exist_ok=True)
-            probe = out / name / f".write-test-{os.getpid()}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            check_can_write(out / name)
     except OSError as error:
         raise ReproduceError(
             f"cannot write the outputs into {str(out)!r} ({error.strerror or error}: "

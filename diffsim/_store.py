@@ -21,6 +21,7 @@ import socket
 import numpy as np
 
 from . import _provenance
+from ._validate import check_can_write
 
 _PROGRESS = "progress"
 _PACKAGES = ("diffsim", "jax", "jaxlib", "diffrax", "equinox", "numpy", "xarray", "zarr")
@@ -207,11 +208,8 @@ def check_writable(path: str) -> None:
             os.makedirs(folder, exist_ok=True)
         except OSError as error:
             raise fault(path, error, "creating the folder that will hold it") from None
-    probe = os.path.join(folder, f".write-test-{_creator()}")
     try:
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        check_can_write(folder)
     except OSError as error:
         raise fault(path, error, "checking that it can be written") from None
 

@@ -31,6 +31,7 @@ from ._config import (
     check_types,
     ConfigError,
     INTEGER,
+    is_kind,
     load_toml,
     model_from,
     NUMBER,
@@ -124,9 +125,7 @@ def sweep_arguments(config: dict) -> dict:
 
 def _values(name, spec) -> np.ndarray:
     if isinstance(spec, list):
-        if not spec or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in spec
-        ):
+        if not spec or not all(is_kind(v, NUMBER) for v in spec):
             raise SweepConfigError(f"{name}: expected a non-empty list of numbers, got {spec!r}")
         return np.asarray(spec, dtype=float)
     if isinstance(spec, dict):
@@ -137,12 +136,10 @@ def _values(name, spec) -> np.ndarray:
             )
         for key in ("start", "stop"):
             value = spec[key]
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(
-                value
-            ):  # fmt: skip
+            if not is_kind(value, NUMBER) or not np.isfinite(value):
                 raise SweepConfigError(f"{name}: {key} must be a finite number, got {value!r}")
         num, log = spec["num"], spec.get("log", False)
-        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        if not is_kind(num, INTEGER) or num < 1:
             raise SweepConfigError(f"{name}: num must be an integer >= 1, got {num!r}")
         if not isinstance(log, bool):
             raise SweepConfigError(f"{name}: log must be true or false, got {log!r}")

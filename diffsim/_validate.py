@@ -245,3 +245,17 @@ def as_state_leaf(x):
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
     return x
+
+
+def check_can_write(folder) -> None:
+    """Write and remove an empty file in `folder`: raises the `OSError` (read-only, no space,
+    no permission) that writing results there would meet, before any expensive work."""
+    import os
+
+    probe = os.path.join(os.fspath(folder), f".diffsim-write-test-{os.getpid()}")
+    try:
+        with open(probe, "w"):
+            pass
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
