@@ -7,13 +7,23 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 from importlib.metadata import PackageNotFoundError, version
 
 from . import distributed as distributed, plot as plot
-from ._analysis import lyapunov_exponent as lyapunov_exponent
+from ._analysis.iterate import iterate as iterate, Iterated as Iterated
+from ._analysis.lyapunov import lyapunov_exponent as lyapunov_exponent
+from ._analysis.sensitivity import jacobian as jacobian, sensitivity as sensitivity
+from ._apps.experiment import ExperimentError as ExperimentError, run_experiment as run_experiment
+from ._apps.reproduce import (
+    compare_outputs as compare_outputs,
+    Outcome as Outcome,
+    reproduce as reproduce,
+    ReproduceError as ReproduceError,
+)
 from ._events import Event as Event
-from ._experiment import ExperimentError as ExperimentError, run_experiment as run_experiment
-from ._fit import fit as fit, FitWarning as FitWarning
-from ._fit_data import Data as Data
-from ._fit_result import FitResult as FitResult
-from ._iterate import iterate as iterate, Iterated as Iterated
+from ._fit.data import Data as Data
+from ._fit.fit import fit as fit, FitWarning as FitWarning
+from ._fit.profile import Profile as Profile, profile as profile
+from ._fit.refit import FitBatch as FitBatch, refit as refit
+from ._fit.result import FitResult as FitResult
+from ._integrate.simulate import simulate as simulate, Solution as Solution
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,
@@ -27,23 +37,12 @@ from ._model import (
     split_pair as split_pair,
 )
 from ._parameter import parameter as parameter
-from ._profile import Profile as Profile, profile as profile
-from ._refit import FitBatch as FitBatch, refit as refit
-from ._reproduce import (
-    compare_outputs as compare_outputs,
-    Outcome as Outcome,
-    reproduce as reproduce,
-    ReproduceError as ReproduceError,
-)
 from ._results import (
     PrecisionWarning as PrecisionWarning,
     result_message as result_message,
     RESULTS as RESULTS,
     SimulationError as SimulationError,
 )
-from ._samples import Samples as Samples
-from ._sensitivity import jacobian as jacobian, sensitivity as sensitivity
-from ._simulate import simulate as simulate, Solution as Solution
 from ._solver import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
     AbstractFixedStepSolver as AbstractFixedStepSolver,
@@ -72,8 +71,9 @@ from ._solver import (
     Tsit5 as Tsit5,
     Yoshida4 as Yoshida4,
 )
-from ._store import SweepStoreError as SweepStoreError
-from ._sweep import open_sweep as open_sweep, sweep as sweep, sweep_summary as sweep_summary
+from ._sweep.samples import Samples as Samples
+from ._sweep.store import SweepStoreError as SweepStoreError
+from ._sweep.sweep import open_sweep as open_sweep, sweep as sweep, sweep_summary as sweep_summary
 
 try:
     __version__ = version("diffsim")

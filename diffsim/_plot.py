@@ -26,8 +26,14 @@ def style():
     return plt.style.context(STYLE)
 
 
-def save(fig, out_dir: str | Path, name: str, *, formats: Sequence[str] = ("png", "pdf"),
-         dpi: float | None = None) -> list[str]:  # fmt: skip
+def save(
+    fig,
+    out_dir: str | Path,
+    name: str,
+    *,
+    formats: Sequence[str] = ("png", "pdf"),
+    dpi: float | None = None,
+) -> list[str]:
     """Save `fig` as `out_dir/name.<format>` for each format with no creation date or software
     stamp in the file, so that a rerun writes the same bytes.
 
@@ -103,7 +109,7 @@ def _components(which, count: int, what: str = "component") -> None:
 
 
 def _solution(solution, function: str):
-    from ._simulate import Solution
+    from ._integrate.simulate import Solution
 
     if not isinstance(solution, Solution):
         raise TypeError(
@@ -113,8 +119,14 @@ def _solution(solution, function: str):
     return solution
 
 
-def trajectory(solution, *, names: Sequence[str] | None = None,
-               components: Sequence[int] | None = None, ax=None, **plot_kwargs):  # fmt: skip
+def trajectory(
+    solution,
+    *,
+    names: Sequence[str] | None = None,
+    components: Sequence[int] | None = None,
+    ax=None,
+    **plot_kwargs,
+):
     """States against time, one line per component.
 
     **Arguments:** `solution` a `ds.Solution` (its `ts` and `ys`; pytree states are flattened);
@@ -137,8 +149,9 @@ def trajectory(solution, *, names: Sequence[str] | None = None,
     return fig
 
 
-def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | None = None,
-                   ax=None, **plot_kwargs):  # fmt: skip
+def phase_portrait(
+    states, x: int = 0, y: int = 1, *, names: Sequence[str] | None = None, ax=None, **plot_kwargs
+):
     """One state component against another.
 
     **Arguments:** `states` a `ds.Solution`, or states of shape (times, components) for one
@@ -148,7 +161,7 @@ def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | Non
 
     **Returns:** the figure.
     """
-    from ._simulate import Solution
+    from ._integrate.simulate import Solution
 
     if isinstance(states, Solution):
         paths = _states(states.ys)[None]
@@ -172,9 +185,17 @@ def phase_portrait(states, x: int = 0, y: int = 1, *, names: Sequence[str] | Non
     return fig
 
 
-def sweep_heatmap(dataset, variable: str, *, x: str | None = None, y: str | None = None,
-                  select: Mapping | None = None, log: bool = False, ax=None,
-                  **mesh_kwargs):  # fmt: skip
+def sweep_heatmap(
+    dataset,
+    variable: str,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+    select: Mapping | None = None,
+    log: bool = False,
+    ax=None,
+    **mesh_kwargs,
+):
     """A variable of a `ds.sweep` dataset over two of its parameter axes, as a colour map.
 
     **Arguments:** `dataset` the `xarray.Dataset` of `ds.sweep`/`ds.open_sweep`; `variable` the
@@ -188,14 +209,17 @@ def sweep_heatmap(dataset, variable: str, *, x: str | None = None, y: str | None
     import matplotlib.colors
 
     if variable not in dataset:
-        raise ValueError(f"sweep_heatmap: no variable {variable!r}; the dataset has "
-                         f"{sorted(dataset.data_vars)}")  # fmt: skip
+        raise ValueError(
+            f"sweep_heatmap: no variable {variable!r}; the dataset has {sorted(dataset.data_vars)}"
+        )
     field = dataset[variable]
     if select:
         unknown = sorted(set(select) - set(field.dims))
         if unknown:
-            raise ValueError(f"sweep_heatmap: {variable} has no dimensions {unknown}; its "
-                             f"dimensions are {field.dims}")  # fmt: skip
+            raise ValueError(
+                f"sweep_heatmap: {variable} has no dimensions {unknown}; its "
+                f"dimensions are {field.dims}"
+            )
         field = field.sel(dict(select))
     dims = list(field.dims)
     x = dims[0] if x is None and dims else x
@@ -209,8 +233,9 @@ def sweep_heatmap(dataset, variable: str, *, x: str | None = None, y: str | None
     values = np.asarray(field.transpose(y, x).values, dtype=float)
     fig, ax = _figure_and_axes(ax, figsize=(5.4, 4.2), layout="constrained")
     norm = matplotlib.colors.LogNorm() if log else None
-    mesh = ax.pcolormesh(np.asarray(field[x]), np.asarray(field[y]), values, shading="auto",
-                         norm=norm, **mesh_kwargs)  # fmt: skip
+    mesh = ax.pcolormesh(
+        np.asarray(field[x]), np.asarray(field[y]), values, shading="auto", norm=norm, **mesh_kwargs
+    )
     label = variable + "".join(f", {k}={v}" for k, v in (select or {}).items())
     fig.colorbar(mesh, ax=ax, label=label)
     ax.set_xlabel(x)
@@ -226,11 +251,12 @@ def fit(result, *, points: int = 400):
     """
     import matplotlib.pyplot as plt
 
-    from ._fit_result import FitResult
+    from ._fit.result import FitResult
 
     if not isinstance(result, FitResult):
-        raise TypeError(f"ds.plot.fit takes a ds.FitResult (from ds.fit), got "
-                        f"{type(result).__name__}")  # fmt: skip
+        raise TypeError(
+            f"ds.plot.fit takes a ds.FitResult (from ds.fit), got {type(result).__name__}"
+        )
     if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 2:
         raise ValueError(f"points must be an int >= 2 (times of the drawn curve), got {points!r}")
     ts, curve = result.curve(points)
@@ -240,9 +266,13 @@ def fit(result, *, points: int = 400):
     m = values.shape[1]
     names = data.names or tuple(f"observable {i}" for i in range(m))
     fig, axes = plt.subplots(
-        2, m, figsize=(4.2 * m, 4.8), sharex=True, squeeze=False,
+        2,
+        m,
+        figsize=(4.2 * m, 4.8),
+        sharex=True,
+        squeeze=False,
         gridspec_kw=dict(height_ratios=[3, 1]),
-    )  # fmt: skip
+    )
     for j in range(m):
         top, bottom = axes[0, j], axes[1, j]
         top.plot(data.ts, values[:, j], "o", ms=3.5, color="0.25", label="data")
@@ -262,17 +292,25 @@ def measured_order(steps, errors) -> float:
     accuracy where the errors are in the asymptotic regime (far above round-off)."""
     steps, errors = np.asarray(steps, float), np.asarray(errors, float)
     if steps.shape != errors.shape or steps.ndim != 1 or steps.size < 2:
-        raise ValueError(f"measured_order: need two equal-length 1-D arrays of at least two "
-                         f"values, got shapes {steps.shape} and {errors.shape}")  # fmt: skip
+        raise ValueError(
+            f"measured_order: need two equal-length 1-D arrays of at least two "
+            f"values, got shapes {steps.shape} and {errors.shape}"
+        )
     if not (np.all(steps > 0) and np.all(errors > 0) and np.all(np.isfinite(errors))):
         raise ValueError("measured_order: steps and errors must be positive and finite")
     return float(np.polyfit(np.log(steps), np.log(errors), 1)[0])
 
 
-def convergence(steps, errors: Mapping[str, Sequence[float]], *,
-                orders: Mapping[str, float] | None = None,
-                styles: Mapping[str, Mapping] | None = None, ax=None,
-                xlabel: str = "step size", ylabel: str = "error"):  # fmt: skip
+def convergence(
+    steps,
+    errors: Mapping[str, Sequence[float]],
+    *,
+    orders: Mapping[str, float] | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    ax=None,
+    xlabel: str = "step size",
+    ylabel: str = "error",
+):
     """Errors against step size on log-log axes, one line per method, each labelled with its
     measured order (`measured_order`) and, when `orders` gives it, the nominal one, drawn as a
     dotted reference slope through the method's smallest-step error.
@@ -297,8 +335,13 @@ def convergence(steps, errors: Mapping[str, Sequence[float]], *,
         values = np.asarray(values, float)
         slope = measured_order(steps, values)
         turn, position = divmod(index, len(colours))
-        line = {"color": colours[position], "marker": markers[turn % len(markers)], "ms": 3.5,
-                "ls": "-", **styles.get(name, {})}  # fmt: skip
+        line = {
+            "color": colours[position],
+            "marker": markers[turn % len(markers)],
+            "ms": 3.5,
+            "ls": "-",
+            **styles.get(name, {}),
+        }
         label = f"{name}: {slope:.2f}"
         if name in orders:
             label += f" (order {orders[name]:g})"

@@ -10,9 +10,19 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PACKAGES = (
-    "diffsim", "jax", "jaxlib", "diffrax", "equinox", "optimistix", "optax", "numpy",
-    "matplotlib", "xarray", "zarr", "h5netcdf",
-)  # fmt: skip
+    "diffsim",
+    "jax",
+    "jaxlib",
+    "diffrax",
+    "equinox",
+    "optimistix",
+    "optax",
+    "numpy",
+    "matplotlib",
+    "xarray",
+    "zarr",
+    "h5netcdf",
+)
 
 
 def package_versions(packages=PACKAGES) -> dict[str, str]:
@@ -33,8 +43,9 @@ def git_commit(folder: str | Path | None = None, *paths: str | Path) -> str:
     where = None if folder is None else str(folder)
 
     def git(*args):
-        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              check=True, cwd=where).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, check=True, cwd=where
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")

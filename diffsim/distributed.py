@@ -1,6 +1,6 @@
 """Multi-process runs: `ds.distributed.initialize(...)` wraps `jax.distributed.initialize`."""
 
-from ._distributed import (
+from ._sweep.distributed import (
     barrier as barrier,
     initialize as initialize,
     layout as layout,

@@ -53,7 +53,7 @@ def summary(out: Path, name: str, record: dict) -> str:
 def main(path: str, doc: str) -> None:
     """`python experiments/<name>.py [--out DIR] [--quick]`: run the experiment in `path` with
     its manifest, as `diffsim reproduce <name>` does (there in a process of its own)."""
-    from diffsim._experiment import run_experiment
+    from diffsim._apps.experiment import run_experiment
 
     name = Path(path).stem
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])

@@ -18,14 +18,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 TRUTH = dict(restitution=0.78, drag=0.08)
 REST_SPEED = 0.1  # m/s: slower rebounds end at rest (known, not fitted)
@@ -58,10 +58,16 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
 
     guess = models.BouncingBall(restitution=0.6, drag=0.02, rest_speed=REST_SPEED)
     result = ds.fit(
-        guess, jnp.array([1.0, 0.0]), ds.Data(ts, values, names=("height (m)",)),
-        params={"restitution": (0.05, 0.99), "drag": (0.0, 1.0)}, initial_state=["x"],
-        observe=height, solver=ds.RK4(), dt=dt, events=impacts,
-    )  # fmt: skip
+        guess,
+        jnp.array([1.0, 0.0]),
+        ds.Data(ts, values, names=("height (m)",)),
+        params={"restitution": (0.05, 0.99), "drag": (0.0, 1.0)},
+        initial_state=["x"],
+        observe=height,
+        solver=ds.RK4(),
+        dt=dt,
+        events=impacts,
+    )
     print(result.summary())
 
     # d(second impact time)/de by the event's implicit derivative and by central differences
@@ -109,9 +115,12 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
     files = ds.plot.save(fig, out, "bouncing_ball")
     plt.close("all")
     files.append(
-        _output.table(out, "bouncing_ball_data", {"t": ts, "height": values,
-                                                  "fitted": np.asarray(result.predictions).ravel()})
-    )  # fmt: skip
+        _output.table(
+            out,
+            "bouncing_ball_data",
+            {"t": ts, "height": values, "fitted": np.asarray(result.predictions).ravel()},
+        )
+    )
     record = {
         "truth": truths,
         "estimates": estimates,
@@ -124,11 +133,20 @@ def run(out_dir="out/bouncing_ball", quick: bool = False) -> dict:
         "converged": bool(result.converged),
         "iterations": int(result.iterations),
         "noise_sd_estimated": float(np.sqrt(result.noise_variance)),
-        "config": dict(truth=TRUTH, rest_speed=REST_SPEED, drop=DROP, noise=NOISE, seed=SEED,
-                       fps=FPS, duration=duration, steps_per_frame=STEPS_PER_FRAME,
-                       max_events=MAX_EVENTS, guess=dict(restitution=0.6, drag=0.02,
-                       drop=1.0), solver="RK4"),
-    }  # fmt: skip
+        "config": dict(
+            truth=TRUTH,
+            rest_speed=REST_SPEED,
+            drop=DROP,
+            noise=NOISE,
+            seed=SEED,
+            fps=FPS,
+            duration=duration,
+            steps_per_frame=STEPS_PER_FRAME,
+            max_events=MAX_EVENTS,
+            guess=dict(restitution=0.6, drag=0.02, drop=1.0),
+            solver="RK4",
+        ),
+    }
     files.append(_output.summary(out, "bouncing_ball", record))
     return {"files": files, **record}
 

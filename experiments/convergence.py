@@ -32,15 +32,15 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 SOLVERS = (
     ds.Euler(),
@@ -125,8 +125,14 @@ def _finish(axis, sizes):
 
     axis.set_xticks(sizes, [f"1/{round(1 / h)}" for h in sizes])
     axis.xaxis.set_minor_locator(NullLocator())
-    axis.legend(title="measured slope (nominal order)", fontsize=7, title_fontsize=7, ncol=3,
-                loc="upper center", bbox_to_anchor=(0.5, -0.13))  # fmt: skip
+    axis.legend(
+        title="measured slope (nominal order)",
+        fontsize=7,
+        title_fontsize=7,
+        ncol=3,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+    )
 
 
 def run(out_dir="out/convergence", quick: bool = False) -> dict:
@@ -145,9 +151,11 @@ def run(out_dir="out/convergence", quick: bool = False) -> dict:
             sizes = T_END / np.array(counts)
             errors[key][name] = values
             measured[key][name] = ds.plot.measured_order(sizes, values)
-            print(f"{key:10s} {name:16s} order {measured[key][name]:.3f} (nominal "
-                  f"{nominal[name]}), errors {values[0]:.2e} … {values[-1]:.2e}, "
-                  f"{time.perf_counter() - start:.2f} s")  # fmt: skip
+            print(
+                f"{key:10s} {name:16s} order {measured[key][name]:.3f} (nominal "
+                f"{nominal[name]}), errors {values[0]:.2e} … {values[-1]:.2e}, "
+                f"{time.perf_counter() - start:.2f} s"
+            )
 
     keys = list(steps)
     # symplectic methods dashed with square markers, to tell them from the Runge–Kutta ones
@@ -155,14 +163,27 @@ def run(out_dir="out/convergence", quick: bool = False) -> dict:
     fig, axes = plt.subplots(1, len(keys), figsize=(5.6 * len(keys), 4.8), squeeze=False)
     for axis, key in zip(axes[0], keys):
         sizes = T_END / np.array(steps[key])
-        ds.plot.convergence(sizes, errors[key], orders=nominal, ax=axis, styles=styles,
-                            xlabel="step size h (time units)",
-                            ylabel=f"global error max |Δy| at t = {T_END:g}")  # fmt: skip
+        ds.plot.convergence(
+            sizes,
+            errors[key],
+            orders=nominal,
+            ax=axis,
+            styles=styles,
+            xlabel="step size h (time units)",
+            ylabel=f"global error max |Δy| at t = {T_END:g}",
+        )
         _finish(axis, sizes)
         axis.set_title(TITLES[key])
         if key == "oscillator":  # coinciding lines: say so
-            axis.text(0.97, 0.04, "linear problem:\nMidpoint = Heun = Ralston,\nRK4 = RK38",
-                      transform=axis.transAxes, ha="right", va="bottom", fontsize=7)  # fmt: skip
+            axis.text(
+                0.97,
+                0.04,
+                "linear problem:\nMidpoint = Heun = Ralston,\nRK4 = RK38",
+                transform=axis.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=7,
+            )
     fig.tight_layout()
     files = ds.plot.save(fig, out, "convergence")
     plt.close("all")
@@ -170,10 +191,14 @@ def run(out_dir="out/convergence", quick: bool = False) -> dict:
     refinements = len(next(iter(steps.values())))
     data = xr.Dataset(
         {
-            "error": (("problem", "solver", "refinement"),
-                      np.array([[errors[k][n] for n in names] for k in keys])),
-            "measured_order": (("problem", "solver"),
-                               np.array([[measured[k][n] for n in names] for k in keys])),
+            "error": (
+                ("problem", "solver", "refinement"),
+                np.array([[errors[k][n] for n in names] for k in keys]),
+            ),
+            "measured_order": (
+                ("problem", "solver"),
+                np.array([[measured[k][n] for n in names] for k in keys]),
+            ),
             "nominal_order": ("solver", np.array([nominal[n] for n in names])),
             "symplectic": ("solver", np.array([symplectic[n] for n in names])),
             "evals_per_step": ("solver", np.array([s.evals_per_step for s in SOLVERS])),
@@ -191,7 +216,7 @@ def run(out_dir="out/convergence", quick: bool = False) -> dict:
             "oscillator": f"HarmonicOscillator(omega={OMEGA}), y0 = {list(OSCILLATOR_Y0)}",
             "kepler": f"Kepler(mu=1), eccentricity {ECCENTRICITY}, a = 1, from periapsis",
         },
-    )  # fmt: skip
+    )
     files.append(_output.dataset(out, "convergence", data))
     config = {
         "final_time": T_END,

@@ -29,16 +29,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 THETA0 = 2 * np.pi / 3  # both rods released from rest at 120° from the downward vertical
 DELTAS = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3)  # added to θ₂ (rad)
@@ -84,16 +84,24 @@ def run(out_dir="out/double_pendulum", quick: bool = False) -> dict:
     starts[:, 0, 1] = THETA0 + deltas
 
     start = time.perf_counter()
-    ys, energy = (np.asarray(a) for a in ensemble(
-        model, jnp.asarray(starts), jnp.asarray(ts), steps_per_save=steps_per_save))  # fmt: skip
-    print(f"{deltas.size} pendula × {round(duration / dt)} RK4 steps: "
-          f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    ys, energy = (
+        np.asarray(a)
+        for a in ensemble(
+            model, jnp.asarray(starts), jnp.asarray(ts), steps_per_save=steps_per_save
+        )
+    )
+    print(
+        f"{deltas.size} pendula × {round(duration / dt)} RK4 steps: "
+        f"{time.perf_counter() - start:.1f} s"
+    )
 
     # --- energy ------------------------------------------------------------------------------
     energy_error = np.abs(energy - energy[:, :1]) / np.abs(energy[:, :1])
     max_energy_error = float(energy_error.max())
-    print(f"energy E(0) = {energy[0, 0]:.4f} J; largest relative error over {duration:g} s: "
-          f"{max_energy_error:.2e}")  # fmt: skip
+    print(
+        f"energy E(0) = {energy[0, 0]:.4f} J; largest relative error over {duration:g} s: "
+        f"{max_energy_error:.2e}"
+    )
 
     # --- separations -------------------------------------------------------------------------
     difference = ys[1:] - ys[:1]
@@ -124,10 +132,14 @@ def run(out_dir="out/double_pendulum", quick: bool = False) -> dict:
         else float("nan")
     )
     for delta, rate, when in zip(perturbed, rates, diverged_at):
-        print(f"  δ = {delta:.0e}: growth rate {rate:.3f} /s, separation > {DIVERGED} rad at "
-              f"t = {when:.2f} s")  # fmt: skip
-    print(f"pooled growth rate {pooled_rate:.3f} /s; from the divergence times "
-          f"{rate_from_times:.3f} /s")  # fmt: skip
+        print(
+            f"  δ = {delta:.0e}: growth rate {rate:.3f} /s, separation > {DIVERGED} rad at "
+            f"t = {when:.2f} s"
+        )
+    print(
+        f"pooled growth rate {pooled_rate:.3f} /s; from the divergence times "
+        f"{rate_from_times:.3f} /s"
+    )
 
     # the finite-time Lyapunov exponent of the reference path: ln(‖Δy(t)‖/δ)/t of the
     # smallest perturbation (full state norm) at the last time it is still linear
@@ -135,8 +147,10 @@ def run(out_dir="out/double_pendulum", quick: bool = False) -> dict:
     linear_time = float(ts[(smallest < 1e-3) & (ts > 0)].max())
     at = np.flatnonzero(ts == linear_time)[0]
     finite_time_exponent = float(np.log(smallest[at] / perturbed[0]) / linear_time)
-    print(f"finite-time exponent of the reference path over {linear_time:.1f} s: "
-          f"{finite_time_exponent:.3f} /s")  # fmt: skip
+    print(
+        f"finite-time exponent of the reference path over {linear_time:.1f} s: "
+        f"{finite_time_exponent:.3f} /s"
+    )
 
     # --- figure ------------------------------------------------------------------------------
     widths = dict(width_ratios=[1, 1.35, 1])
@@ -162,13 +176,19 @@ def run(out_dir="out/double_pendulum", quick: bool = False) -> dict:
 
     colour_map = plt.get_cmap("viridis")
     for k, (delta, sep) in enumerate(zip(perturbed, angle_separation)):
-        middle.semilogy(ts[1:], sep[1:], color=colour_map(k / (perturbed.size - 1)), lw=1.0,
-                        label=f"10$^{{{int(np.log10(delta))}}}$")  # fmt: skip
+        middle.semilogy(
+            ts[1:],
+            sep[1:],
+            color=colour_map(k / (perturbed.size - 1)),
+            lw=1.0,
+            label=f"10$^{{{int(np.log10(delta))}}}$",
+        )
     guide = ts[ts >= FIT_START]
     guide_values = 10 * perturbed[0] * np.exp(pooled_rate * (guide - guide[0]))
     keep = guide_values < 3e1
-    middle.semilogy(guide[keep], guide_values[keep], "k:", lw=1.0,
-                    label=f"∝ exp({pooled_rate:.2f} t)")  # fmt: skip
+    middle.semilogy(
+        guide[keep], guide_values[keep], "k:", lw=1.0, label=f"∝ exp({pooled_rate:.2f} t)"
+    )
     middle.axhline(np.pi, color="0.5", lw=0.8, ls="-.")
     middle.text(0.2, np.pi * 1.6, "π", color="0.4", fontsize=8)
     middle.set_ylim(1e-10, 1e2)
@@ -200,13 +220,23 @@ def run(out_dir="out/double_pendulum", quick: bool = False) -> dict:
         },
         coords={"delta": deltas, "perturbed": perturbed, "time": ts, "rod": [1, 2]},
         attrs={"theta0": THETA0, "dt": dt, "solver": "RK4"},
-    )  # fmt: skip
+    )
     files.append(_output.dataset(out, "double_pendulum", data))
-    config = {"theta0": THETA0, "deltas": list(DELTAS), "perturbed_angle": "theta2",
-              "duration": duration, "dt": dt, "save_dt": SAVE_DT, "solver": "RK4",
-              "masses": [1.0, 1.0], "lengths": [1.0, 1.0], "gravity": 9.81,
-              "fit_start": FIT_START, "linear_limit": LINEAR_LIMIT,
-              "diverged_threshold": DIVERGED}  # fmt: skip
+    config = {
+        "theta0": THETA0,
+        "deltas": list(DELTAS),
+        "perturbed_angle": "theta2",
+        "duration": duration,
+        "dt": dt,
+        "save_dt": SAVE_DT,
+        "solver": "RK4",
+        "masses": [1.0, 1.0],
+        "lengths": [1.0, 1.0],
+        "gravity": 9.81,
+        "fit_start": FIT_START,
+        "linear_limit": LINEAR_LIMIT,
+        "diverged_threshold": DIVERGED,
+    }
     record = {
         "config": config,
         "energy": float(energy[0, 0]),

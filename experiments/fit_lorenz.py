@@ -19,14 +19,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 TRUTH = {"sigma": 10.0, "rho": 28.0, "beta": 8.0 / 3.0}
 NOISE = 0.5
@@ -75,9 +75,17 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
         for label, r in rows
     }
     record["truth"] = TRUTH
-    record["config"] = dict(truth=TRUTH, noise=NOISE, seed=SEED, y0=[-8.0, 7.0, 27.0],
-                            times=[0.0, 2.0, 101], solver="RK4", dt=0.005, segments=10,
-                            guess=dict(sigma=5.0, rho=15.0, beta=1.0))  # fmt: skip
+    record["config"] = dict(
+        truth=TRUTH,
+        noise=NOISE,
+        seed=SEED,
+        y0=[-8.0, 7.0, 27.0],
+        times=[0.0, 2.0, 101],
+        solver="RK4",
+        dt=0.005,
+        segments=10,
+        guess=dict(sigma=5.0, rho=15.0, beta=1.0),
+    )
     files.append(_output.summary(out, "fit_lorenz", record))
     return dict(record, files=files)
 

@@ -17,14 +17,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 DATA = Path(__file__).parent / "data" / "lynx_hare.csv"
 PUBLISHED = {"alpha": 0.55, "beta": 0.028, "gamma": 0.80, "delta": 0.024}
@@ -81,15 +81,24 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
         )
     )
     record = dict(
-        params=result.params, stderr=result.stderr, intervals=result.confidence_intervals,
-        noise_sd=float(np.sqrt(result.noise_variance)), published=PUBLISHED,
+        params=result.params,
+        stderr=result.stderr,
+        intervals=result.confidence_intervals,
+        noise_sd=float(np.sqrt(result.noise_variance)),
+        published=PUBLISHED,
         profile_intervals={n: p.interval for n, p in profiles.items()},
-        converged=result.converged, iterations=result.iterations,
-        config=dict(data="data/lynx_hare.csv", guess=dict(alpha=0.5, beta=0.025, gamma=0.8,
-                    delta=0.025), y0=[30.0, 4.0], loss="log",
-                    solver="RK4, dt = 0.02" if quick else "Tsit5, rtol = atol = 1e-8",
-                    profiles=names, profile_points=9 if quick else 17),
-    )  # fmt: skip
+        converged=result.converged,
+        iterations=result.iterations,
+        config=dict(
+            data="data/lynx_hare.csv",
+            guess=dict(alpha=0.5, beta=0.025, gamma=0.8, delta=0.025),
+            y0=[30.0, 4.0],
+            loss="log",
+            solver="RK4, dt = 0.02" if quick else "Tsit5, rtol = atol = 1e-8",
+            profiles=names,
+            profile_points=9 if quick else 17,
+        ),
+    )
     files.append(_output.summary(out, "fit_lynx_hare", record))
     return dict(record, files=files)
 

@@ -17,14 +17,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 T, TARGET, TOLERANCE = 1.0, 1.0, 1e-3
 
@@ -91,9 +91,17 @@ def run(out_dir="out/fit_oscillator_target", quick: bool = False) -> dict:
         hit=dict(params=hit.params, exact_v0=float(exact_hit), iterations=hit.iterations),
         rest=dict(params=rest.params, exact=exact_rest.tolist(), iterations=rest.iterations),
         errors=errors,
-        config=dict(omega=2.0, damping=0.1, T=T, target=TARGET, tolerance=TOLERANCE,
-                    guess_y0=[0.0, 0.5], solver="RK4", dt=0.001),
-    )  # fmt: skip
+        config=dict(
+            omega=2.0,
+            damping=0.1,
+            T=T,
+            target=TARGET,
+            tolerance=TOLERANCE,
+            guess_y0=[0.0, 0.5],
+            solver="RK4",
+            dt=0.001,
+        ),
+    )
     files.append(_output.summary(out, "fit_oscillator_target", record))
     return dict(record, files=files)
 

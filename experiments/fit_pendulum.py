@@ -16,14 +16,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 TRUTH = dict(length=1.3, damping=0.25)
 NOISE = 0.05
@@ -68,13 +68,26 @@ def run(out_dir="out/fit_pendulum", quick: bool = False) -> dict:
         )
     )
     record = dict(
-        truth=TRUTH, noise=NOISE, params=result.params, stderr=result.stderr,
-        intervals=result.confidence_intervals, profile_interval_damping=profile.interval,
-        converged=result.converged, iterations=result.iterations,
-        config=dict(truth=TRUTH, noise=NOISE, seed=SEED, times=[0.0, 10.0, 101], y0=[1.0, 0.0],
-                    guess=dict(length=0.8, damping=0.1), solver="RK4", dt=0.01,
-                    profile_points=9 if quick else 21),
-    )  # fmt: skip
+        truth=TRUTH,
+        noise=NOISE,
+        params=result.params,
+        stderr=result.stderr,
+        intervals=result.confidence_intervals,
+        profile_interval_damping=profile.interval,
+        converged=result.converged,
+        iterations=result.iterations,
+        config=dict(
+            truth=TRUTH,
+            noise=NOISE,
+            seed=SEED,
+            times=[0.0, 10.0, 101],
+            y0=[1.0, 0.0],
+            guess=dict(length=0.8, damping=0.1),
+            solver="RK4",
+            dt=0.01,
+            profile_points=9 if quick else 21,
+        ),
+    )
     files.append(_output.summary(out, "fit_pendulum", record))
     return dict(record, files=files)
 

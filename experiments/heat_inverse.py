@@ -49,17 +49,17 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-import xarray as xr  # noqa: E402
-from jax import lax  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+import optax
+import xarray as xr
+from jax import lax
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 LENGTH = 1.0  # m
 DIFFUSIVITY = 0.01  # m²/s
@@ -103,8 +103,9 @@ class Problem:
         """u at the observation times: (times, points). 100 steps of 63 values: reverse mode
         stores every step (`checkpoint=None`, ~0.2 MB), and failures are checked on the host
         (`throw=False`); both save compile time."""
-        solution = ds.simulate(self.model, u0, self.ts, solver=ds.RK4(), dt=DT, checkpoint=None,
-                               throw=False)  # fmt: skip
+        solution = ds.simulate(
+            self.model, u0, self.ts, solver=ds.RK4(), dt=DT, checkpoint=None, throw=False
+        )
         return solution.ys[1:]
 
     def roughness(self, u0):
@@ -206,8 +207,10 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
     result = {k: np.asarray(v) for k, v in solve(jnp.asarray(alphas)).items()}
     if not all(np.all(np.isfinite(v)) for v in result.values()):
         raise FloatingPointError("a fit produced non-finite values")
-    print(f"{len(alphas)} L-BFGS fits x {iterations} iterations (vmapped, one scan): "
-          f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    print(
+        f"{len(alphas)} L-BFGS fits x {iterations} iterations (vmapped, one scan): "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     recovered, history = result["u0"], result["history"]
     misfit, prediction, gradient = result["misfit"], result["prediction"], result["gradient"]
     check_grad, check_fd = result["check_grad"], result["check_fd"]
@@ -226,10 +229,12 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
         f"(best on the grid: alpha = {alphas[best]:.3g}, {errors[best]:.4f}; unregularized "
         f"{errors[unregularized]:.3f}); chi2/m of the noise-free truth {truth_misfit:.3f}"
     )
-    print(f"gradient check at alpha = {alphas[chosen]:.3g}: jax.grad "
-          f"{check_grad[chosen]:.12e}, central difference "
-          f"{check_fd[chosen]:.12e}, relative error {check_relative[chosen]:.1e} "
-          f"(largest over all alphas {check_relative.max():.1e})")  # fmt: skip
+    print(
+        f"gradient check at alpha = {alphas[chosen]:.3g}: jax.grad "
+        f"{check_grad[chosen]:.12e}, central difference "
+        f"{check_fd[chosen]:.12e}, relative error {check_relative[chosen]:.1e} "
+        f"(largest over all alphas {check_relative.max():.1e})"
+    )
 
     start = time.perf_counter()
     k = np.arange(1, POINTS + 1)
@@ -246,8 +251,7 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
     ax = axes[0, 0]
     ax.plot(x, truth, "k-", lw=2.4, label="true u₀")
     ax.plot(x, recovered[chosen], "C0-", label=f"{regularized} (error {errors[chosen]:.1%})")
-    ax.plot(x, recovered[unregularized], **bad,
-            label=f"α = 0 (error {errors[unregularized]:.0%})")  # fmt: skip
+    ax.plot(x, recovered[unregularized], **bad, label=f"α = 0 (error {errors[unregularized]:.0%})")
     ax.axhline(0.0, ls=":", color="0.5", lw=1, label="initial guess")
     ax.set_ylim(-0.6, 1.6)
     ax.set_xlabel("x (m)")
@@ -269,8 +273,14 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
     ax.semilogy(k, np.abs(sine @ recovered[chosen]), "C0.-", lw=1, ms=3, label=regularized)
     ax.semilogy(k, np.abs(sine @ recovered[unregularized]), ".-", ms=3, **bad, label="α = 0")
     shown = floor < 10  # (clear of the legend)
-    ax.semilogy(k[shown], floor[shown], "--", color="0.4", lw=1,
-                label=f"noise floor via t = {OBSERVATION_TIMES[0]:g} s")  # fmt: skip
+    ax.semilogy(
+        k[shown],
+        floor[shown],
+        "--",
+        color="0.4",
+        lw=1,
+        label=f"noise floor via t = {OBSERVATION_TIMES[0]:g} s",
+    )
     ax.set_ylim(1e-7, 1e3)
     ax.set_xlabel("sine mode k")
     ax.set_ylabel("|coefficient of u₀|")
@@ -294,8 +304,10 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
 
     steps = np.arange(iterations + 1)
     ax = axes[1, 1]
-    for index, label, style in [(chosen, regularized, dict(color="C0")),
-                                (unregularized, "α = 0", bad)]:  # fmt: skip
+    for index, label, style in [
+        (chosen, regularized, dict(color="C0")),
+        (unregularized, "α = 0", bad),
+    ]:
         gap = history[index] - history[index, -1]
         ax.semilogy(steps[gap > 0], gap[gap > 0], label=label, **style)
     ax.set_xlabel("L-BFGS iteration")
@@ -310,9 +322,11 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
     ax.set_ylabel("relative error of u₀")
     ax.set_title("(f) error: α = 0 fits the noise as it converges", fontsize=9)
     ax.legend(fontsize=7)
-    fig.suptitle(f"Heat equation, κ = {DIFFUSIVITY:g} m²/s, {POINTS} unknowns: u₀ from noisy "
-                 f"snapshots at t = {', '.join(f'{t:g}' for t in OBSERVATION_TIMES)} s",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"Heat equation, κ = {DIFFUSIVITY:g} m²/s, {POINTS} unknowns: u₀ from noisy "
+        f"snapshots at t = {', '.join(f'{t:g}' for t in OBSERVATION_TIMES)} s",
+        fontsize=10,
+    )
     # fixed margins (tight_layout would draw the figure once more: ~1 s)
     fig.subplots_adjust(left=0.06, right=0.985, bottom=0.075, top=0.9, wspace=0.5, hspace=0.36)
     files = ds.plot.save(fig, out, "heat_inverse")
@@ -322,31 +336,60 @@ def run(out_dir="out/heat_inverse", quick: bool = False) -> dict:
     profiles = xr.Dataset(
         {
             "true_initial": ("x", truth, {"long_name": "true initial profile"}),
-            "recovered_initial": (("alpha", "x"), recovered,
-                                  {"long_name": "recovered initial profile per α"}),
+            "recovered_initial": (
+                ("alpha", "x"),
+                recovered,
+                {"long_name": "recovered initial profile per α"},
+            ),
             "observations": (("time", "x"), data, {"long_name": "noisy observations"}),
             "noise_free": (("time", "x"), clean, {"long_name": "exact solution at the times"}),
-            "predicted": (("alpha", "time", "x"), prediction,
-                          {"long_name": "model at the observation times from the recovered u0"}),
+            "predicted": (
+                ("alpha", "time", "x"),
+                prediction,
+                {"long_name": "model at the observation times from the recovered u0"},
+            ),
             "misfit": ("alpha", misfit, {"long_name": "chi^2 / m"}),
             "relative_error": ("alpha", errors, {"long_name": "relative L2 error of u0"}),
             "loss": (("alpha", "iteration"), history, {"long_name": "loss per iteration"}),
-            "error_history": (("alpha", "iteration"), result["error_history"],
-                              {"long_name": "relative L2 error of u0 per iteration"}),
+            "error_history": (
+                ("alpha", "iteration"),
+                result["error_history"],
+                {"long_name": "relative L2 error of u0 per iteration"},
+            ),
         },
-        coords={"x": ("x", x, {"units": "m"}), "alpha": alphas,
-                "time": ("time", np.asarray(OBSERVATION_TIMES), {"units": "s"}),
-                "iteration": np.arange(iterations + 1)},
-        attrs={"diffusivity": DIFFUSIVITY, "length": LENGTH, "dt": DT, "noise": NOISE,
-               "seed": SEED, "chosen_alpha": float(alphas[chosen])},
-    )  # fmt: skip
+        coords={
+            "x": ("x", x, {"units": "m"}),
+            "alpha": alphas,
+            "time": ("time", np.asarray(OBSERVATION_TIMES), {"units": "s"}),
+            "iteration": np.arange(iterations + 1),
+        },
+        attrs={
+            "diffusivity": DIFFUSIVITY,
+            "length": LENGTH,
+            "dt": DT,
+            "noise": NOISE,
+            "seed": SEED,
+            "chosen_alpha": float(alphas[chosen]),
+        },
+    )
     files.append(_output.dataset(out, "heat_inverse", profiles))
 
-    config = {"length": LENGTH, "diffusivity": DIFFUSIVITY, "points": POINTS, "dt": DT,
-              "solver": "RK4", "observation_times": list(OBSERVATION_TIMES), "noise": NOISE,
-              "seed": SEED, "modes": MODES, "alphas": alphas.tolist(), "iterations": iterations,
-              "lbfgs_memory": MEMORY, "discrepancy": DISCREPANCY,
-              "fd_step": FD_STEP}  # fmt: skip
+    config = {
+        "length": LENGTH,
+        "diffusivity": DIFFUSIVITY,
+        "points": POINTS,
+        "dt": DT,
+        "solver": "RK4",
+        "observation_times": list(OBSERVATION_TIMES),
+        "noise": NOISE,
+        "seed": SEED,
+        "modes": MODES,
+        "alphas": alphas.tolist(),
+        "iterations": iterations,
+        "lbfgs_memory": MEMORY,
+        "discrepancy": DISCREPANCY,
+        "fd_step": FD_STEP,
+    }
     record = {
         "config": config,
         "chosen_alpha": float(alphas[chosen]),

@@ -33,14 +33,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 ECCENTRICITY = 0.5
 STEPS_PER_ORBIT = 400
@@ -56,10 +56,15 @@ SOLVERS = {
     "RK4": ds.RK4(),
     "Tsit5": ds.Tsit5(rtol=TOLERANCE, atol=TOLERANCE),
 }
-KINDS = {"Midpoint": "Runge–Kutta", "RK4": "Runge–Kutta",
-         "Tsit5": f"adaptive, tol {TOLERANCE:g}"}  # fmt: skip
-COLOURS = {"SymplecticEuler": "#777777", "Leapfrog": "#000000", "Yoshida4": "#882255",
-           "Midpoint": "#D55E00", "RK4": "#0072B2", "Tsit5": "#009E73"}  # fmt: skip
+KINDS = {"Midpoint": "Runge–Kutta", "RK4": "Runge–Kutta", "Tsit5": f"adaptive, tol {TOLERANCE:g}"}
+COLOURS = {
+    "SymplecticEuler": "#777777",
+    "Leapfrog": "#000000",
+    "Yoshida4": "#882255",
+    "Midpoint": "#D55E00",
+    "RK4": "#0072B2",
+    "Tsit5": "#009E73",
+}
 
 
 def save_steps(total: int) -> np.ndarray:
@@ -133,8 +138,10 @@ def run(out_dir="out/kepler_energy", quick: bool = False) -> dict:
         energy[name] = np.abs(h_t - energy0) / abs(energy0)
         momentum[name] = np.abs(l_t - momentum0) / abs(momentum0)
         stats[name] = {k: int(v) for k, v in sol.stats.items()}
-        print(f"{name:16s} energy error {energy[name][-1]:.2e} at the end, "
-              f"{stats[name]['num_steps']} steps, {time.perf_counter() - start:.2f} s")  # fmt: skip
+        print(
+            f"{name:16s} energy error {energy[name][-1]:.2e} at the end, "
+            f"{stats[name]['num_steps']} steps, {time.perf_counter() - start:.2f} s"
+        )
 
     tenth = 0.1 * total_orbits
     rows = {}
@@ -147,32 +154,44 @@ def run(out_dir="out/kepler_energy", quick: bool = False) -> dict:
             "energy_error_last_tenth": last,
             "energy_growth_ratio": last / first,
             "energy_growth_exponent": growth_exponent(energy[name], orbits, total_orbits),
-            "momentum_error_last_tenth": window_max(momentum[name], orbits,
-                                                    total_orbits - tenth, total_orbits),
+            "momentum_error_last_tenth": window_max(
+                momentum[name], orbits, total_orbits - tenth, total_orbits
+            ),
             "momentum_growth_exponent": growth_exponent(momentum[name], orbits, total_orbits),
             **stats[name],
-        }  # fmt: skip
+        }
         exponent = rows[name]["energy_growth_exponent"]
-        print(f"{name:16s} max energy error {first:.2e} (first tenth) → {last:.2e} (last "
-              f"tenth), ×{last / first:.2f}, exponent {exponent:.2f}")  # fmt: skip
+        print(
+            f"{name:16s} max energy error {first:.2e} (first tenth) → {last:.2e} (last "
+            f"tenth), ×{last / first:.2f}, exponent {exponent:.2f}"
+        )
 
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.6), sharex=True)
     edges = np.geomspace(0.01, total_orbits, 61)
     centres = np.sqrt(edges[:-1] * edges[1:])
     shown = orbits >= edges[0]
-    for axis, values, what in ((axes[0], energy, "energy"),
-                               (axes[1], momentum, "angular momentum")):  # fmt: skip
+    for axis, values, what in (
+        (axes[0], energy, "energy"),
+        (axes[1], momentum, "angular momentum"),
+    ):
         for name in solvers:
             colour = COLOURS[name]
             raw = np.where(values[name] > 0, values[name], np.nan)  # log axes: zeros as gaps
             axis.loglog(orbits[shown], raw[shown], "-", color=colour, lw=0.5, alpha=0.3)
             label = f"{name} ({KINDS.get(name, 'symplectic')})"
-            axis.loglog(centres, binned_max(values[name], orbits, edges), "-", color=colour,
-                        lw=1.6, label=label)  # fmt: skip
+            axis.loglog(
+                centres,
+                binned_max(values[name], orbits, edges),
+                "-",
+                color=colour,
+                lw=1.6,
+                label=label,
+            )
         guide = energy["RK4"] if what == "energy" else momentum["RK4"]
         anchor = window_max(guide, orbits, 0.5 * total_orbits, total_orbits)
-        axis.loglog(centres, 3 * anchor * centres / total_orbits, ":", color="0.4", lw=1.0,
-                    label="∝ t")  # fmt: skip
+        axis.loglog(
+            centres, 3 * anchor * centres / total_orbits, ":", color="0.4", lw=1.0, label="∝ t"
+        )
         axis.set_xlabel("time (orbits)")
         axis.set_xlim(edges[0], total_orbits)
     axes[0].set_ylabel("relative energy error |H(t) − H₀| / |H₀|")
@@ -188,22 +207,30 @@ def run(out_dir="out/kepler_energy", quick: bool = False) -> dict:
     data = xr.Dataset(
         {
             "energy_error": (("solver", "time"), np.array([energy[n] for n in solvers])),
-            "angular_momentum_error": (("solver", "time"),
-                                       np.array([momentum[n] for n in solvers])),
+            "angular_momentum_error": (
+                ("solver", "time"),
+                np.array([momentum[n] for n in solvers]),
+            ),
             "symplectic": ("solver", np.array([rows[n]["symplectic"] for n in solvers])),
             "num_steps": ("solver", np.array([stats[n]["num_steps"] for n in solvers])),
-            "num_function_evals": ("solver",
-                                   np.array([stats[n]["num_function_evals"] for n in solvers])),
+            "num_function_evals": (
+                "solver",
+                np.array([stats[n]["num_function_evals"] for n in solvers]),
+            ),
         },
-        coords={"solver": list(solvers), "time": ts, "orbits": ("time", orbits),
-                "step": ("time", steps)},
+        coords={
+            "solver": list(solvers),
+            "time": ts,
+            "orbits": ("time", orbits),
+            "step": ("time", steps),
+        },
         attrs={
             "description": "relative errors |H(t) - H0|/|H0| and |L(t) - L0|/|L0| of an "
-                           f"eccentric Kepler orbit (e = {ECCENTRICITY}, mu = a = 1)",
+            f"eccentric Kepler orbit (e = {ECCENTRICITY}, mu = a = 1)",
             "step": f"P/{STEPS_PER_ORBIT} for the fixed-step solvers",
             "tsit5_tolerance": TOLERANCE,
         },
-    )  # fmt: skip
+    )
     files.append(_output.dataset(out, "kepler_energy", data))
     config = {
         "eccentricity": ECCENTRICITY,

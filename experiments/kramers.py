@@ -24,15 +24,15 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 DT = 0.01
 HORIZON = 4.0  # in units of the Kramers time 1/k
@@ -87,18 +87,28 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
             horizon_steps = int(np.ceil(HORIZON / kramers / DT))
             keys = jax.random.split(jax.random.key(SEED + index), members)
             start = time.perf_counter()
-            times, crossed = first_passages(model, solver, keys, horizon_steps,
-                                            max_steps=max_steps)  # fmt: skip
+            times, crossed = first_passages(model, solver, keys, horizon_steps, max_steps=max_steps)
             times = np.asarray(times)
             seconds = time.perf_counter() - start
             rate, error, count = estimate(times, crossed)
             passages[(name, ratio)] = (times, np.asarray(crossed))
-            rows.append(dict(solver=name, barrier_over_kT=ratio, kramers_rate=kramers,
-                             rate=rate, stderr=error, crossings=count, members=members,
-                             ratio_to_kramers=rate / kramers))  # fmt: skip
-            print(f"{name:15s} ΔU/kT={ratio:.0f}: rate {rate:.3e} ± {error:.1e} "
-                  f"(Kramers {kramers:.3e}, ratio {rate / kramers:.3f}), {count}/{members} "
-                  f"crossed, {seconds:.1f} s")  # fmt: skip
+            rows.append(
+                dict(
+                    solver=name,
+                    barrier_over_kT=ratio,
+                    kramers_rate=kramers,
+                    rate=rate,
+                    stderr=error,
+                    crossings=count,
+                    members=members,
+                    ratio_to_kramers=rate / kramers,
+                )
+            )
+            print(
+                f"{name:15s} ΔU/kT={ratio:.0f}: rate {rate:.3e} ± {error:.1e} "
+                f"(Kramers {kramers:.3e}, ratio {rate / kramers:.3f}), {count}/{members} "
+                f"crossed, {seconds:.1f} s"
+            )
 
     fig, axis = plt.subplots(figsize=(5.6, 4.2))
     grid = np.linspace(min(ratios) - 0.2, max(ratios) + 0.2, 50)
@@ -109,9 +119,15 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
     axis.semilogy(grid, kramers_line, "k-", lw=1, label="Kramers (moderate–high friction)")
     for name, marker in zip(solvers, ("o", "s")):
         mine = [r for r in rows if r["solver"] == name]
-        axis.errorbar([r["barrier_over_kT"] for r in mine], [r["rate"] for r in mine],
-                      yerr=[2 * r["stderr"] for r in mine], fmt=marker, ms=4, capsize=2,
-                      label=f"{name}, dt = {DT} (±2 SE)")  # fmt: skip
+        axis.errorbar(
+            [r["barrier_over_kT"] for r in mine],
+            [r["rate"] for r in mine],
+            yerr=[2 * r["stderr"] for r in mine],
+            fmt=marker,
+            ms=4,
+            capsize=2,
+            label=f"{name}, dt = {DT} (±2 SE)",
+        )
     axis.set_xlabel("barrier / $k_BT$")
     axis.set_ylabel("escape rate")
     axis.set_title(f"double well, γ = 1: {members} paths per point", fontsize=10)
@@ -135,8 +151,13 @@ def run(out_dir="out/kramers", quick: bool = False) -> dict:
     files += ds.plot.save(fig, out, "kramers_survival")
     plt.close("all")
     files.append(_output.table(out, "kramers_rates", {k: [r[k] for r in rows] for k in rows[0]}))
-    config = {"dt": DT, "horizon_in_kramers_times": HORIZON, "barriers_over_kT": ratios,
-              "members": members, "seed": SEED}  # fmt: skip
+    config = {
+        "dt": DT,
+        "horizon_in_kramers_times": HORIZON,
+        "barriers_over_kT": ratios,
+        "members": members,
+        "seed": SEED,
+    }
     record = {"config": config, "rows": rows}
     files.append(_output.summary(out, "kramers", record))
     return {"files": files, **record}

@@ -27,16 +27,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 RHO = 28.0
 DELTA = 1e-9  # the perturbation of ρ
@@ -79,10 +79,14 @@ def run(out_dir="out/lorenz_butterfly", quick: bool = False) -> dict:
     starts = np.concatenate([[Y0], np.asarray(Y0) + offsets])
 
     start = time.perf_counter()
-    base, perturbed, tangent = (np.asarray(a) for a in divergence(
-        jnp.asarray(starts), jnp.asarray(ts), steps_per_save=steps_per_save))  # fmt: skip
-    print(f"{members} members × 2 values of ρ with dy/dρ, {round(duration / dt)} RK4 steps each: "
-          f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    base, perturbed, tangent = (
+        np.asarray(a)
+        for a in divergence(jnp.asarray(starts), jnp.asarray(ts), steps_per_save=steps_per_save)
+    )
+    print(
+        f"{members} members × 2 values of ρ with dy/dρ, {round(duration / dt)} RK4 steps each: "
+        f"{time.perf_counter() - start:.1f} s"
+    )
 
     separation = np.linalg.norm(perturbed - base, axis=-1)  # (members, times)
     sensitivity = np.linalg.norm(tangent, axis=-1)
@@ -104,19 +108,22 @@ def run(out_dir="out/lorenz_butterfly", quick: bool = False) -> dict:
     saturated = separation[:, ts > linear_end + 10.0]
     saturation = float(saturated.mean()) if saturated.size else float("nan")
     diverged = float(ts[np.argmax(np.abs(perturbed[0, :, 0] - base[0, :, 0]) > 1.0)])
-    print(f"growth rate of the separation {rate_separation:.4f} (t in [{FIT_START}, "
-          f"{linear_end:.1f}]), of dy/dρ {rate_sensitivity:.4f} (t ≥ {FIT_START}); Lyapunov "
-          f"exponent {LYAPUNOV}")  # fmt: skip
-    print(f"member rates {np.min(rate_members):.3f} … {np.max(rate_members):.3f}; x differs by "
-          f"1 at t = {diverged:.2f}; saturated separation {saturation:.1f}, attractor size "
-          f"{attractor:.1f}")  # fmt: skip
+    print(
+        f"growth rate of the separation {rate_separation:.4f} (t in [{FIT_START}, "
+        f"{linear_end:.1f}]), of dy/dρ {rate_sensitivity:.4f} (t ≥ {FIT_START}); Lyapunov "
+        f"exponent {LYAPUNOV}"
+    )
+    print(
+        f"member rates {np.min(rate_members):.3f} … {np.max(rate_members):.3f}; x differs by "
+        f"1 at t = {diverged:.2f}; saturated separation {saturation:.1f}, attractor size "
+        f"{attractor:.1f}"
+    )
 
     # --- figure ----------------------------------------------------------------------------
     fig = plt.figure(figsize=(11.0, 4.4))
     grid = fig.add_gridspec(2, 2, width_ratios=[1.0, 1.55], height_ratios=[1, 1.5])
     wings = fig.add_subplot(grid[:, 0])
-    ds.plot.phase_portrait(base[0], x=0, y=2, names=("x", "y", "z"), ax=wings, lw=0.35,
-                           color="C0")  # fmt: skip
+    ds.plot.phase_portrait(base[0], x=0, y=2, names=("x", "y", "z"), ax=wings, lw=0.35, color="C0")
     wings.plot(*base[0, 0, [0, 2]], "o", color="k", ms=4, label=f"start {Y0}")
     wings.set_title(f"Lorenz attractor, ρ = {RHO:g}, 0 ≤ t ≤ {duration:g}")
     wings.legend(loc="upper left", fontsize=7.5)
@@ -127,32 +134,54 @@ def run(out_dir="out/lorenz_butterfly", quick: bool = False) -> dict:
     xs.axvline(diverged, color="0.4", lw=0.8, ls=":")
     xs.set_ylabel("x")
     xs.set_xlim(0, duration)
-    xs.legend(loc="upper left", ncol=2, fontsize=7.5, frameon=True, framealpha=0.9,
-              edgecolor="none")  # fmt: skip
+    xs.legend(
+        loc="upper left", ncol=2, fontsize=7.5, frameon=True, framealpha=0.9, edgecolor="none"
+    )
     xs.set_title(f"same start, ρ differing by 10⁻⁹: |Δx| > 1 from t = {diverged:.1f}")
     xs.tick_params(labelbottom=False)
 
     log = fig.add_subplot(grid[1, 1], sharex=xs)
     for i, path in enumerate(separation):
-        log.semilogy(ts[1:], path[1:], color="0.65", lw=0.5,
-                     label=f"{members} starts: ‖Δy(t)‖" if i == 0 else None)  # fmt: skip
-    log.semilogy(ts[1:], np.exp(mean_log_separation[1:]), color="C0", lw=1.6,
-                 label="geometric mean of ‖Δy‖")  # fmt: skip
-    log.semilogy(ts[1:], DELTA * np.exp(mean_log_sensitivity[1:]), color="C2", lw=1.2, ls="--",
-                 label="10⁻⁹ × geometric mean of ‖dy/dρ‖ (jax.jvp)")  # fmt: skip
+        log.semilogy(
+            ts[1:],
+            path[1:],
+            color="0.65",
+            lw=0.5,
+            label=f"{members} starts: ‖Δy(t)‖" if i == 0 else None,
+        )
+    log.semilogy(
+        ts[1:], np.exp(mean_log_separation[1:]), color="C0", lw=1.6, label="geometric mean of ‖Δy‖"
+    )
+    log.semilogy(
+        ts[1:],
+        DELTA * np.exp(mean_log_sensitivity[1:]),
+        color="C2",
+        lw=1.2,
+        ls="--",
+        label="10⁻⁹ × geometric mean of ‖dy/dρ‖ (jax.jvp)",
+    )
     anchor = np.flatnonzero(window)[0]
     # a slope guide two decades above the mean, so that it does not hide the data
     reference = 100 * np.exp(mean_log_separation[anchor] + LYAPUNOV * (ts - ts[anchor]))
     shown = (ts > FIT_START) & (reference < 1e3 * attractor)
-    log.semilogy(ts[shown], reference[shown], color="C3", lw=1.1, ls=":",
-                 label=f"∝ exp({LYAPUNOV} t): the published λ")  # fmt: skip
+    log.semilogy(
+        ts[shown],
+        reference[shown],
+        color="C3",
+        lw=1.1,
+        ls=":",
+        label=f"∝ exp({LYAPUNOV} t): the published λ",
+    )
     log.axhline(attractor, color="k", lw=0.8, ls="-.", label=f"attractor size {attractor:.0f}")
     log.axvspan(FIT_START, linear_end, color="C0", alpha=0.07, lw=0)
     log.set_xlabel("time t")
     log.set_ylabel("separation")
     log.set_ylim(1e-14, 1e16)
-    log.set_title(f"fitted growth rates: ‖Δy‖ {rate_separation:.3f}, ‖dy/dρ‖ "
-                  f"{rate_sensitivity:.3f} (shaded: fit window)", fontsize=9)  # fmt: skip
+    log.set_title(
+        f"fitted growth rates: ‖Δy‖ {rate_separation:.3f}, ‖dy/dρ‖ "
+        f"{rate_sensitivity:.3f} (shaded: fit window)",
+        fontsize=9,
+    )
     log.legend(loc="lower right", fontsize=7, frameon=True, framealpha=0.92, edgecolor="none")
     fig.tight_layout()
     files = ds.plot.save(fig, out, "lorenz_butterfly")
@@ -161,21 +190,38 @@ def run(out_dir="out/lorenz_butterfly", quick: bool = False) -> dict:
     data = xr.Dataset(
         {
             "state": (("time", "component"), base[0], {"long_name": f"y(t) from {Y0}, ρ = 28"}),
-            "state_perturbed": (("time", "component"), perturbed[0],
-                                {"long_name": f"y(t) from {Y0}, ρ = 28 + {DELTA:g}"}),
-            "separation": (("member", "time"), separation,
-                           {"long_name": "‖y(t; ρ + δ) − y(t; ρ)‖"}),
+            "state_perturbed": (
+                ("time", "component"),
+                perturbed[0],
+                {"long_name": f"y(t) from {Y0}, ρ = 28 + {DELTA:g}"},
+            ),
+            "separation": (
+                ("member", "time"),
+                separation,
+                {"long_name": "‖y(t; ρ + δ) − y(t; ρ)‖"},
+            ),
             "sensitivity": (("member", "time"), sensitivity, {"long_name": "‖dy(t)/dρ‖"}),
             "start": (("member", "component"), starts),
         },
         coords={"time": ts, "member": np.arange(members), "component": ["x", "y", "z"]},
         attrs={"rho": RHO, "delta_rho": DELTA, "dt": dt, "solver": "RK4"},
-    )  # fmt: skip
+    )
     files.append(_output.dataset(out, "lorenz_butterfly", data))
-    config = {"sigma": 10.0, "beta": 8.0 / 3.0, "rho": RHO, "delta_rho": DELTA, "dt": dt,
-              "save_dt": save_dt, "duration": duration, "members": members, "y0": list(Y0),
-              "solver": "RK4", "fit_start": FIT_START, "linear_limit": LINEAR_LIMIT,
-              "seed": SEED}  # fmt: skip
+    config = {
+        "sigma": 10.0,
+        "beta": 8.0 / 3.0,
+        "rho": RHO,
+        "delta_rho": DELTA,
+        "dt": dt,
+        "save_dt": save_dt,
+        "duration": duration,
+        "members": members,
+        "y0": list(Y0),
+        "solver": "RK4",
+        "fit_start": FIT_START,
+        "linear_limit": LINEAR_LIMIT,
+        "seed": SEED,
+    }
     record = {
         "config": config,
         "lyapunov_published": LYAPUNOV,

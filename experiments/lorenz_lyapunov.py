@@ -28,16 +28,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 SIGMA, BETA = 10.0, 8.0 / 3.0
 PUBLISHED = 0.9056  # λ at ρ = 28 (J. C. Sprott, Chaos and Time-Series Analysis, OUP 2003)
@@ -77,9 +77,15 @@ def exponents(rhos, y0s, *, steps: int, transient_steps: int):
     def one(rho, y0):
         member = eqx.tree_at(lambda m: m.rho, model, rho)
         _, running = ds.lyapunov_exponent(
-            member, y0, solver=ds.RK4(), dt=DT, steps=steps, renormalize_every=EVERY,
-            transient_steps=transient_steps, history=True,
-        )  # fmt: skip
+            member,
+            y0,
+            solver=ds.RK4(),
+            dt=DT,
+            steps=steps,
+            renormalize_every=EVERY,
+            transient_steps=transient_steps,
+            history=True,
+        )
         return running
 
     return jax.vmap(one)(rhos, y0s)
@@ -99,31 +105,38 @@ def run(out_dir="out/lorenz_lyapunov", quick: bool = False) -> dict:
     all_rhos = np.concatenate([rhos, np.full(MEMBERS, 28.0)])
 
     start = time.perf_counter()
-    running = np.asarray(exponents(jnp.asarray(all_rhos), jnp.asarray(starts), steps=steps,
-                                   transient_steps=transient_steps))  # fmt: skip
-    print(f"{all_rhos.size} trajectories × {steps + transient_steps} RK4 steps with tangents: "
-          f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    running = np.asarray(
+        exponents(
+            jnp.asarray(all_rhos), jnp.asarray(starts), steps=steps, transient_steps=transient_steps
+        )
+    )
+    print(
+        f"{all_rhos.size} trajectories × {steps + transient_steps} RK4 steps with tangents: "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     lam = running[: rhos.size, -1]
     at28 = running[rhos.size :, -1]  # the MEMBERS initial conditions at ρ = 28
     lam28 = float(lam[np.flatnonzero(rhos == 28.0)[0]])
     analytic = np.array([fixed_point_exponent(r) for r in rhos])
     mean28, spread28 = float(at28.mean()), float(at28.std(ddof=1))
-    print(f"λ(28) = {lam28:.4f} from {Y0}; over {MEMBERS} initial conditions {mean28:.4f} ± "
-          f"{spread28:.4f} (std); published {PUBLISHED}")  # fmt: skip
+    print(
+        f"λ(28) = {lam28:.4f} from {Y0}; over {MEMBERS} initial conditions {mean28:.4f} ± "
+        f"{spread28:.4f} (std); published {PUBLISHED}"
+    )
 
     # regions where λ should follow the stable fixed point: away from ρ = 1 (critical slowing
     # down) and below the onset of transient chaos
     regular = ((rhos < 0.8) | (rhos > 1.5)) & (rhos < RHO_HOMOCLINIC)
     fixed_error = float(np.max(np.abs(lam[regular] - analytic[regular])))
-    picks = [r for r in (0.0, 5.0, 10.0, 20.0, 28.0, 50.0, 100.0, 150.0, 160.0, 200.0)
-             if r in rhos]  # fmt: skip
+    picks = [r for r in (0.0, 5.0, 10.0, 20.0, 28.0, 50.0, 100.0, 150.0, 160.0, 200.0) if r in rhos]
     at = {f"{r:g}": float(lam[np.flatnonzero(rhos == r)[0]]) for r in picks}
     for r in picks:
         reference = fixed_point_exponent(r)
         extra = "" if np.isnan(reference) else f" (fixed point {reference:+.5f})"
         print(f"  λ(ρ = {r:5g}) = {at[f'{r:g}']:+.4f}{extra}")
-    print(f"largest |λ − fixed-point value| for ρ < {RHO_HOMOCLINIC} (not near 1): "
-          f"{fixed_error:.2e}")  # fmt: skip
+    print(
+        f"largest |λ − fixed-point value| for ρ < {RHO_HOMOCLINIC} (not near 1): {fixed_error:.2e}"
+    )
 
     # --- figure ----------------------------------------------------------------------------
     fig = plt.figure(figsize=(11.0, 4.8))
@@ -131,26 +144,61 @@ def run(out_dir="out/lorenz_lyapunov", quick: bool = False) -> dict:
     left = fig.add_subplot(grid[:, 0])
     left.axhline(0.0, color="0.5", lw=0.8)
     left.axvspan(RHO_HOMOCLINIC, RHO_HOPF, color="0.92", lw=0)
-    left.text(0.5 * (RHO_HOMOCLINIC + RHO_HOPF), -1.35, "transient\nchaos", ha="center",
-              va="bottom", fontsize=7, color="0.35")  # fmt: skip
+    left.text(
+        0.5 * (RHO_HOMOCLINIC + RHO_HOPF),
+        -1.35,
+        "transient\nchaos",
+        ha="center",
+        va="bottom",
+        fontsize=7,
+        color="0.35",
+    )
     left.plot(rhos, lam, ".-", color="C0", ms=2.5, lw=0.7, label="ds.lyapunov_exponent")
     fine = np.linspace(0.0, RHO_HOPF - 1e-6, 600)
-    left.plot(fine, [fixed_point_exponent(r) for r in fine], "--", color="C1", lw=1.1,
-              label="stable fixed point: max Re(eigenvalue)")  # fmt: skip
-    left.plot([28.0], [PUBLISHED], "*", color="C3", ms=11, mec="k", mew=0.5, zorder=5,
-              label=f"published λ(28) = {PUBLISHED}")  # fmt: skip
+    left.plot(
+        fine,
+        [fixed_point_exponent(r) for r in fine],
+        "--",
+        color="C1",
+        lw=1.1,
+        label="stable fixed point: max Re(eigenvalue)",
+    )
+    left.plot(
+        [28.0],
+        [PUBLISHED],
+        "*",
+        color="C3",
+        ms=11,
+        mec="k",
+        mew=0.5,
+        zorder=5,
+        label=f"published λ(28) = {PUBLISHED}",
+    )
     left.axvline(RHO_HOPF, color="0.4", lw=0.8, ls=":")
     left.text(RHO_HOPF + 1.5, -0.8, f"$\\rho_H$ = {RHO_HOPF:.2f}", fontsize=7, color="0.3")
-    left.annotate("periodic windows", xy=(100, 0.02), xytext=(127, -0.45), fontsize=7,
-                  ha="center", arrowprops=dict(arrowstyle="->", lw=0.6, color="0.3"))  # fmt: skip
-    left.annotate("", xy=(155, 0.02), xytext=(140, -0.38),
-                  arrowprops=dict(arrowstyle="->", lw=0.6, color="0.3"))  # fmt: skip
+    left.annotate(
+        "periodic windows",
+        xy=(100, 0.02),
+        xytext=(127, -0.45),
+        fontsize=7,
+        ha="center",
+        arrowprops=dict(arrowstyle="->", lw=0.6, color="0.3"),
+    )
+    left.annotate(
+        "",
+        xy=(155, 0.02),
+        xytext=(140, -0.38),
+        arrowprops=dict(arrowstyle="->", lw=0.6, color="0.3"),
+    )
     left.set_xlim(0, rhos.max())
     left.set_ylim(-1.4, 2.6)
     left.set_xlabel("Rayleigh number ratio ρ")
     left.set_ylabel("largest Lyapunov exponent λ (1 / time)")
-    left.set_title(f"Lorenz, σ = 10, β = 8/3: RK4, dt = {DT}, averaged over T = {duration:g} "
-                   f"after {transient:g}", fontsize=10)  # fmt: skip
+    left.set_title(
+        f"Lorenz, σ = 10, β = 8/3: RK4, dt = {DT}, averaged over T = {duration:g} "
+        f"after {transient:g}",
+        fontsize=10,
+    )
     left.legend(loc="upper left", fontsize=7.5)
 
     times = DT * EVERY * np.arange(1, running.shape[1] + 1)
@@ -160,8 +208,14 @@ def run(out_dir="out/lorenz_lyapunov", quick: bool = False) -> dict:
     paths = running[rhos.size :]
     top = fig.add_subplot(grid[0, 1])
     for i, path in enumerate(paths):
-        top.plot(times[shown], path[shown], lw=0.7, color="C0", alpha=0.5,
-                 label=f"{MEMBERS} initial conditions" if i == 0 else None)  # fmt: skip
+        top.plot(
+            times[shown],
+            path[shown],
+            lw=0.7,
+            color="C0",
+            alpha=0.5,
+            label=f"{MEMBERS} initial conditions" if i == 0 else None,
+        )
     top.axhline(PUBLISHED, color="C3", lw=1.0, label=f"published {PUBLISHED}")
     top.set_xscale("log")
     top.set_ylim(0.4, 1.4)
@@ -175,11 +229,11 @@ def run(out_dir="out/lorenz_lyapunov", quick: bool = False) -> dict:
     spread = paths[:, shown].std(axis=0, ddof=1)
     bias = np.abs(paths[:, shown].mean(axis=0) - PUBLISHED)
     bottom.loglog(times[shown], spread, color="C0", label="spread (std) of the estimates")
-    bottom.loglog(times[shown], bias, color="C2", lw=0.8,
-                  label=f"|their mean − {PUBLISHED}|")  # fmt: skip
+    bottom.loglog(times[shown], bias, color="C2", lw=0.8, label=f"|their mean − {PUBLISHED}|")
     scale = spread28 * np.sqrt(times[-1])  # the spread times √T, measured at the end
-    bottom.loglog(times[shown], scale / np.sqrt(times[shown]), "k:", lw=1.0,
-                  label=f"{scale:.2f} / √T")  # fmt: skip
+    bottom.loglog(
+        times[shown], scale / np.sqrt(times[shown]), "k:", lw=1.0, label=f"{scale:.2f} / √T"
+    )
     bottom.set_ylim(1e-5, 3.0)
     bottom.set_xlabel("averaging time T")
     bottom.set_ylabel("error of λ")
@@ -190,25 +244,49 @@ def run(out_dir="out/lorenz_lyapunov", quick: bool = False) -> dict:
 
     data = xr.Dataset(
         {
-            "exponent": ("rho", lam, {"long_name": "largest Lyapunov exponent",
-                                      "units": "1/time"}),
-            "fixed_point_exponent": ("rho", analytic, {
-                "long_name": "max real eigenvalue at the stable fixed point"}),
-            "running_estimate_rho28": (("member", "time"), running[rhos.size :][:, shown],
-                                       {"long_name": "running estimate of λ at ρ = 28"}),
+            "exponent": ("rho", lam, {"long_name": "largest Lyapunov exponent", "units": "1/time"}),
+            "fixed_point_exponent": (
+                "rho",
+                analytic,
+                {"long_name": "max real eigenvalue at the stable fixed point"},
+            ),
+            "running_estimate_rho28": (
+                ("member", "time"),
+                running[rhos.size :][:, shown],
+                {"long_name": "running estimate of λ at ρ = 28"},
+            ),
             "initial_state_rho28": (("member", "state"), starts[rhos.size :]),
         },
-        coords={"rho": rhos, "member": np.arange(MEMBERS), "time": times[shown],
-                "state": ["x", "y", "z"]},
-        attrs={"dt": DT, "renormalize_every": EVERY, "duration": duration,
-               "transient": transient, "published_rho28": PUBLISHED},
-    )  # fmt: skip
+        coords={
+            "rho": rhos,
+            "member": np.arange(MEMBERS),
+            "time": times[shown],
+            "state": ["x", "y", "z"],
+        },
+        attrs={
+            "dt": DT,
+            "renormalize_every": EVERY,
+            "duration": duration,
+            "transient": transient,
+            "published_rho28": PUBLISHED,
+        },
+    )
     files.append(_output.dataset(out, "lorenz_lyapunov", data))
-    config = {"sigma": SIGMA, "beta": BETA, "rho_min": float(rhos.min()),
-              "rho_max": float(rhos.max()), "rho_count": int(rhos.size), "dt": DT,
-              "solver": "RK4", "renormalize_every": EVERY, "duration": duration,
-              "transient": transient, "y0": list(Y0), "members_rho28": MEMBERS,
-              "seed": SEED}  # fmt: skip
+    config = {
+        "sigma": SIGMA,
+        "beta": BETA,
+        "rho_min": float(rhos.min()),
+        "rho_max": float(rhos.max()),
+        "rho_count": int(rhos.size),
+        "dt": DT,
+        "solver": "RK4",
+        "renormalize_every": EVERY,
+        "duration": duration,
+        "transient": transient,
+        "y0": list(Y0),
+        "members_rho28": MEMBERS,
+        "seed": SEED,
+    }
     record = {
         "config": config,
         "published_rho28": PUBLISHED,

@@ -35,15 +35,15 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _output  # noqa: E402
+import _output
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 Q = 2.0  # quality factor: damping 1/q
 DRIVE_FREQUENCY = 2.0 / 3.0
@@ -61,9 +61,13 @@ PROBES = (0.95, 1.0, 1.07, 1.2, 1.35, 1.45, 1.5)  # on both grids: steps 0.01 (q
 
 
 def pendulum(amplitude: float = 1.0):
-    return models.DampedPendulum(length=1.0, gravity=1.0, damping=1.0 / Q,
-                                 drive_frequency=DRIVE_FREQUENCY,
-                                 drive_amplitude=amplitude)  # fmt: skip
+    return models.DampedPendulum(
+        length=1.0,
+        gravity=1.0,
+        damping=1.0 / Q,
+        drive_frequency=DRIVE_FREQUENCY,
+        drive_amplitude=amplitude,
+    )
 
 
 def section_times(periods: int) -> np.ndarray:
@@ -82,12 +86,22 @@ def section_sweep(amplitudes, angles, periods: int):
     (members, periods), from one vmapped sweep of zipped samples; and the sweep's dataset."""
     start = time.perf_counter()
     members = ds.Samples({"drive_amplitude": amplitudes, "y0[0]": angles})
-    result = ds.sweep(pendulum(), members, jnp.array(Y0), section_times(periods),
-                      solver=ds.RK4(), dt=DT, reduce=keep_section, progress=False)  # fmt: skip
+    result = ds.sweep(
+        pendulum(),
+        members,
+        jnp.array(Y0),
+        section_times(periods),
+        solver=ds.RK4(),
+        dt=DT,
+        reduce=keep_section,
+        progress=False,
+    )
     omega = np.asarray(result["omega"].values)
     steps = len(amplitudes) * (TRANSIENT_PERIODS + periods) * STEPS_PER_PERIOD
-    print(f"sweep of {len(amplitudes)} members x {TRANSIENT_PERIODS + periods} periods "
-          f"({steps:,} RK4 steps): {time.perf_counter() - start:.1f} s")  # fmt: skip
+    print(
+        f"sweep of {len(amplitudes)} members x {TRANSIENT_PERIODS + periods} periods "
+        f"({steps:,} RK4 steps): {time.perf_counter() - start:.1f} s"
+    )
     return omega, result
 
 
@@ -110,8 +124,12 @@ def windows(amplitudes, periods) -> dict:
     """Runs of equal period along the grid: first and last amplitude and the period."""
     breaks = np.flatnonzero(np.diff(periods) != 0) + 1
     starts, ends = np.r_[0, breaks], np.r_[breaks, len(periods)] - 1
-    return {"from_amplitude": amplitudes[starts], "to_amplitude": amplitudes[ends],
-            "period": periods[starts], "amplitudes": ends - starts + 1}  # fmt: skip
+    return {
+        "from_amplitude": amplitudes[starts],
+        "to_amplitude": amplitudes[ends],
+        "period": periods[starts],
+        "amplitudes": ends - starts + 1,
+    }
 
 
 def cascade(amplitudes, periods) -> dict:
@@ -130,25 +148,45 @@ def section_dataset(amplitudes, omega, codes, periods, distinct, sweep_config) -
     sample = np.arange(omega.shape[1])
     data = xr.Dataset(
         {
-            "omega": (("drive_amplitude", "sample"), omega,
-                      {"long_name": "angular velocity on the Poincaré section", "units": "rad/s"}),
-            "period": ("drive_amplitude", periods,
-                       {"long_name": f"period in drive periods (0: none up to {MAX_PERIOD})"}),
-            "distinct_points": ("drive_amplitude", distinct,
-                                {"long_name": f"section values more than {TOLERANCE} apart"}),
+            "omega": (
+                ("drive_amplitude", "sample"),
+                omega,
+                {"long_name": "angular velocity on the Poincaré section", "units": "rad/s"},
+            ),
+            "period": (
+                "drive_amplitude",
+                periods,
+                {"long_name": f"period in drive periods (0: none up to {MAX_PERIOD})"},
+            ),
+            "distinct_points": (
+                "drive_amplitude",
+                distinct,
+                {"long_name": f"section values more than {TOLERANCE} apart"},
+            ),
             "result": ("drive_amplitude", codes, {"long_name": "ds.RESULTS code (0: success)"}),
         },
         coords={
-            "drive_amplitude": ("drive_amplitude", np.asarray(amplitudes),
-                                {"long_name": "drive amplitude g", "units": "1/s^2"}),
+            "drive_amplitude": (
+                "drive_amplitude",
+                np.asarray(amplitudes),
+                {"long_name": "drive amplitude g", "units": "1/s^2"},
+            ),
             "sample": ("sample", sample),
-            "time": ("sample", PERIOD * (TRANSIENT_PERIODS + 1 + sample),
-                     {"long_name": "section time", "units": "s"}),
+            "time": (
+                "sample",
+                PERIOD * (TRANSIENT_PERIODS + 1 + sample),
+                {"long_name": "section time", "units": "s"},
+            ),
         },
         # the sweep's own config; its git commit and package versions would change the bytes
-        attrs={"sweep_config": sweep_config, "q": Q,
-               "drive_frequency": DRIVE_FREQUENCY, "dt": DT, "y0": list(Y0)},
-    )  # fmt: skip
+        attrs={
+            "sweep_config": sweep_config,
+            "q": Q,
+            "drive_frequency": DRIVE_FREQUENCY,
+            "dt": DT,
+            "y0": list(Y0),
+        },
+    )
     return data
 
 
@@ -164,11 +202,12 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     # from slightly different angles, whose sections together sample the strange attractor.
     parts = np.cumsum([points, zoom_points])
     omega, result = section_sweep(
-        np.concatenate([amplitudes, zoom_amplitudes,
-                        np.full(attractor_members, ATTRACTOR_AMPLITUDE)]),
+        np.concatenate(
+            [amplitudes, zoom_amplitudes, np.full(attractor_members, ATTRACTOR_AMPLITUDE)]
+        ),
         np.concatenate([np.full(parts[-1], Y0[0]), attractor_angles]),
         periods_kept,
-    )  # fmt: skip
+    )
     codes = np.asarray(result["result"].values)
     failed = int(np.sum(codes != 0))
     omega, zoom_omega, attractor_omega = np.split(omega, parts)
@@ -181,10 +220,13 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     probes = {}
     for g in PROBES:
         i = int(np.argmin(np.abs(amplitudes - g)))
-        probes[f"{g:g}"] = {"amplitude": float(amplitudes[i]), "period": int(period[i]),
-                            "distinct_points": int(distinct[i]),
-                            "spread": float(np.ptp(omega[i])),
-                            "mean_omega": float(np.mean(omega[i]))}  # fmt: skip
+        probes[f"{g:g}"] = {
+            "amplitude": float(amplitudes[i]),
+            "period": int(period[i]),
+            "distinct_points": int(distinct[i]),
+            "spread": float(np.ptp(omega[i])),
+            "mean_omega": float(np.mean(omega[i])),
+        }
         print(
             f"g = {amplitudes[i]:.4f}: period {period[i]:2d}, {distinct[i]:3d} distinct "
             f"section points of {omega.shape[1]}, spread {np.ptp(omega[i]):.3g} rad/s"
@@ -201,8 +243,15 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     fig = plt.figure(figsize=(7.4, 7.2), layout="constrained")
     grid = fig.add_gridspec(2, 2, height_ratios=[1.15, 1.0])
     main = fig.add_subplot(grid[0, :])
-    dots = dict(ls="none", marker=".", ms=0.9 if quick else 0.35, mew=0, color="0.1",
-                alpha=1.0 if quick else 0.5, rasterized=True)  # fmt: skip
+    dots = dict(
+        ls="none",
+        marker=".",
+        ms=0.9 if quick else 0.35,
+        mew=0,
+        color="0.1",
+        alpha=1.0 if quick else 0.5,
+        rasterized=True,
+    )
     main.plot(np.repeat(amplitudes, omega.shape[1]), omega.ravel(), **dots)
     main.axvspan(*ZOOM, color="C0", alpha=0.08, lw=0)
     main.text(np.mean(ZOOM), 2.42, "(b)", ha="center", fontsize=8, color="C0")
@@ -214,9 +263,11 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     main.set_ylim(-0.7, 2.55)
     main.set_xlabel("drive amplitude $g$")
     main.set_ylabel(r"$\omega$ at $t = kT$ (rad/s)")
-    main.set_title(f"(a) q = {Q:g}, $\\omega_D$ = 2/3, from rest: {points} amplitudes × "
-                   f"{omega.shape[1]} section points after {TRANSIENT_PERIODS} drive periods",
-                   fontsize=9)  # fmt: skip
+    main.set_title(
+        f"(a) q = {Q:g}, $\\omega_D$ = 2/3, from rest: {points} amplitudes × "
+        f"{omega.shape[1]} section points after {TRANSIENT_PERIODS} drive periods",
+        fontsize=9,
+    )
     fig.suptitle(
         r"Driven damped pendulum $\theta'' + \theta'/q + \sin\theta = g\cos(\omega_D t)$"
         r": $\omega$ sampled once per drive period $T = 2\pi/\omega_D$",
@@ -224,17 +275,29 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     )
 
     zoom = fig.add_subplot(grid[1, 0])
-    zoom.plot(np.repeat(zoom_amplitudes, zoom_omega.shape[1]), zoom_omega.ravel(),
-              **{**dots, "ms": 1.2 if quick else 0.45})  # fmt: skip
+    zoom.plot(
+        np.repeat(zoom_amplitudes, zoom_omega.shape[1]),
+        zoom_omega.ravel(),
+        **{**dots, "ms": 1.2 if quick else 0.45},
+    )
     for label, g in onsets.items():
         zoom.axvline(g, color="C1", lw=0.6, ls=":")
         if label in ("2", "4"):  # the later onsets crowd within 0.002 of each other
-            zoom.text(g, 2.35, f"P{label}", rotation=90, va="top", ha="right", fontsize=7,
-                      color="C1")  # fmt: skip
-    listing = "\n".join(f"{'chaos' if k == 'chaos' else 'P' + k}: g = {g:.4f}"
-                         for k, g in onsets.items())  # fmt: skip
-    zoom.text(0.03, 0.03, "first amplitude with\n" + listing, transform=zoom.transAxes,
-              fontsize=7, color="C1", va="bottom")  # fmt: skip
+            zoom.text(
+                g, 2.35, f"P{label}", rotation=90, va="top", ha="right", fontsize=7, color="C1"
+            )
+    listing = "\n".join(
+        f"{'chaos' if k == 'chaos' else 'P' + k}: g = {g:.4f}" for k, g in onsets.items()
+    )
+    zoom.text(
+        0.03,
+        0.03,
+        "first amplitude with\n" + listing,
+        transform=zoom.transAxes,
+        fontsize=7,
+        color="C1",
+        va="bottom",
+    )
     zoom.set_xlim(*ZOOM)
     zoom.set_ylim(-0.3, 2.4)
     zoom.set_xlabel("drive amplitude $g$")
@@ -242,44 +305,82 @@ def run(out_dir="out/pendulum_bifurcation", quick: bool = False) -> dict:
     zoom.set_title(f"(b) period-doubling cascade: {zoom_points} amplitudes", fontsize=9)
 
     portrait = fig.add_subplot(grid[1, 1])
-    portrait.plot(theta.ravel(), attractor_omega.ravel(), ls="none", marker=".",
-                  ms=1.5 if quick else 0.6, mew=0, color="C0", rasterized=True)  # fmt: skip
+    portrait.plot(
+        theta.ravel(),
+        attractor_omega.ravel(),
+        ls="none",
+        marker=".",
+        ms=1.5 if quick else 0.6,
+        mew=0,
+        color="C0",
+        rasterized=True,
+    )
     portrait.set_xlim(-np.pi, np.pi)
-    portrait.set_xticks([-np.pi, -np.pi / 2, 0, np.pi / 2, np.pi],
-                        ["−π", "−π/2", "0", "π/2", "π"])  # fmt: skip
+    portrait.set_xticks([-np.pi, -np.pi / 2, 0, np.pi / 2, np.pi], ["−π", "−π/2", "0", "π/2", "π"])
     portrait.set_xlabel(r"$\theta$ mod 2π at $t = kT$ (rad)")
     portrait.set_ylabel(r"$\omega$ at $t = kT$ (rad/s)")
-    portrait.set_title(f"(c) strange attractor, g = {ATTRACTOR_AMPLITUDE:g}: "
-                       f"{theta.size:,} section points", fontsize=9)  # fmt: skip
+    portrait.set_title(
+        f"(c) strange attractor, g = {ATTRACTOR_AMPLITUDE:g}: {theta.size:,} section points",
+        fontsize=9,
+    )
     files = ds.plot.save(fig, out, "pendulum_bifurcation")
     plt.close("all")
 
     config_json = result.attrs["sweep_config"]
-    files.append(_output.dataset(out, "pendulum_bifurcation", section_dataset(
-        amplitudes, omega, codes, period, distinct, config_json)))  # fmt: skip
-    files.append(_output.dataset(out, "pendulum_bifurcation_zoom", section_dataset(
-        zoom_amplitudes, zoom_omega, zoom_codes, zoom_period, zoom_distinct,
-        config_json)))  # fmt: skip
+    files.append(
+        _output.dataset(
+            out,
+            "pendulum_bifurcation",
+            section_dataset(amplitudes, omega, codes, period, distinct, config_json),
+        )
+    )
+    files.append(
+        _output.dataset(
+            out,
+            "pendulum_bifurcation_zoom",
+            section_dataset(
+                zoom_amplitudes, zoom_omega, zoom_codes, zoom_period, zoom_distinct, config_json
+            ),
+        )
+    )
     sample = np.arange(periods_kept)
     attractor = xr.Dataset(
-        {"theta": (("member", "sample"), theta, {"long_name": "angle mod 2π", "units": "rad"}),
-         "omega": (("member", "sample"), attractor_omega,
-                   {"long_name": "angular velocity", "units": "rad/s"}),
-         "result": ("member", attractor_codes)},
-        coords={"initial_angle": ("member", attractor_angles, {"units": "rad"}),
-                "time": ("sample", PERIOD * (TRANSIENT_PERIODS + 1 + sample), {"units": "s"})},
+        {
+            "theta": (("member", "sample"), theta, {"long_name": "angle mod 2π", "units": "rad"}),
+            "omega": (
+                ("member", "sample"),
+                attractor_omega,
+                {"long_name": "angular velocity", "units": "rad/s"},
+            ),
+            "result": ("member", attractor_codes),
+        },
+        coords={
+            "initial_angle": ("member", attractor_angles, {"units": "rad"}),
+            "time": ("sample", PERIOD * (TRANSIENT_PERIODS + 1 + sample), {"units": "s"}),
+        },
         attrs={"drive_amplitude": ATTRACTOR_AMPLITUDE, "q": Q, "dt": DT},
-    )  # fmt: skip
+    )
     files.append(_output.dataset(out, "pendulum_attractor", attractor))
     files.append(_output.table(out, "pendulum_windows", windows(amplitudes, period)))
 
-    config = {"q": Q, "drive_frequency": DRIVE_FREQUENCY, "solver": "RK4", "dt": DT,
-              "steps_per_period": STEPS_PER_PERIOD, "transient_periods": TRANSIENT_PERIODS,
-              "section_periods": periods_kept, "y0": list(Y0), "amplitude_range": list(RANGE),
-              "amplitudes": points, "zoom_range": list(ZOOM), "zoom_amplitudes": zoom_points,
-              "attractor_amplitude": ATTRACTOR_AMPLITUDE,
-              "attractor_members": attractor_members, "tolerance": TOLERANCE,
-              "max_period": MAX_PERIOD}  # fmt: skip
+    config = {
+        "q": Q,
+        "drive_frequency": DRIVE_FREQUENCY,
+        "solver": "RK4",
+        "dt": DT,
+        "steps_per_period": STEPS_PER_PERIOD,
+        "transient_periods": TRANSIENT_PERIODS,
+        "section_periods": periods_kept,
+        "y0": list(Y0),
+        "amplitude_range": list(RANGE),
+        "amplitudes": points,
+        "zoom_range": list(ZOOM),
+        "zoom_amplitudes": zoom_points,
+        "attractor_amplitude": ATTRACTOR_AMPLITUDE,
+        "attractor_members": attractor_members,
+        "tolerance": TOLERANCE,
+        "max_period": MAX_PERIOD,
+    }
     record = {
         "config": config,
         "probes": probes,

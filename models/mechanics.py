@@ -199,8 +199,12 @@ class BouncingBall(ds.AbstractSecondOrder):
     def impacts(self, max_events: int = 32) -> ds.Event:
         """The floor: a falling crossing of x = 0, where v → −e v (or the ball comes to rest
         when e |v| < rest_speed)."""
-        return ds.Event(_height, direction=-1, reset=_Rebound(self.restitution, self.rest_speed),
-                        max_events=max_events)  # fmt: skip
+        return ds.Event(
+            _height,
+            direction=-1,
+            reset=_Rebound(self.restitution, self.rest_speed),
+            max_events=max_events,
+        )
 
     def bounce_times(self, height, count: int):
         """Closed-form impact times from rest at `height` without drag (or rest): t₁ = √(2h/g),

@@ -37,11 +37,19 @@ def test_linear_ode_is_the_log_growth_of_the_discrete_map():
     M the RK4 step matrix, whatever the renormalization interval."""
     h, steps = 0.01, 5000
     model = ds.ODE(_linear, jnp.asarray(A))
-    expected = np.log(np.linalg.norm(np.linalg.matrix_power(_rk4_matrix(A, h), steps) @ V0)
-                      / np.linalg.norm(V0)) / (steps * h)  # fmt: skip
+    expected = np.log(
+        np.linalg.norm(np.linalg.matrix_power(_rk4_matrix(A, h), steps) @ V0) / np.linalg.norm(V0)
+    ) / (steps * h)
     for every in (1, 50):
-        got = ds.lyapunov_exponent(model, jnp.ones(3), solver=ds.RK4(), dt=h, steps=steps,
-                                   renormalize_every=every, tangent=jnp.asarray(V0))  # fmt: skip
+        got = ds.lyapunov_exponent(
+            model,
+            jnp.ones(3),
+            solver=ds.RK4(),
+            dt=h,
+            steps=steps,
+            renormalize_every=every,
+            tangent=jnp.asarray(V0),
+        )
         # only round-off differs: ~steps/every logs summed, each good to ~1e-16
         assert got == pytest.approx(expected, rel=1e-11, abs=1e-13)
 
@@ -53,8 +61,9 @@ def test_fast_growth_between_renormalizations_stays_finite(dtype, dt):
     e^59 in float32 (likewise); the exponent is ln R(dt) / dt to the dtype's round-off."""
     model = ds.ODE(lambda t, y, p: y, None)
     y0 = jnp.ones(1, dtype)
-    exponent = ds.lyapunov_exponent(model, y0, solver=ds.RK4(), dt=dt, steps=100,
-                                    renormalize_every=100)  # fmt: skip
+    exponent = ds.lyapunov_exponent(
+        model, y0, solver=ds.RK4(), dt=dt, steps=100, renormalize_every=100
+    )
     growth = 1 + dt + dt**2 / 2 + dt**3 / 6 + dt**4 / 24
     rtol = 1e-12 if dtype == jnp.float64 else 1e-5
     np.testing.assert_allclose(float(exponent), np.log(growth) / dt, rtol=rtol)
@@ -70,8 +79,14 @@ def test_linear_ode_converges_to_the_largest_real_part():
     vectors = vectors / np.linalg.norm(vectors, axis=0)
     c = np.linalg.solve(vectors, V0 / np.linalg.norm(V0))[dominant]
     duration = steps * h
-    got = ds.lyapunov_exponent(ds.ODE(_linear, jnp.asarray(A)), jnp.ones(3), solver=ds.RK4(),
-                               dt=h, steps=steps, tangent=jnp.asarray(V0))  # fmt: skip
+    got = ds.lyapunov_exponent(
+        ds.ODE(_linear, jnp.asarray(A)),
+        jnp.ones(3),
+        solver=ds.RK4(),
+        dt=h,
+        steps=steps,
+        tangent=jnp.asarray(V0),
+    )
     expected = eigenvalues[dominant].real + np.log(abs(c)) / duration
     # e^{−0.5 T} / T = 2e-24 at T = 100: what is left is round-off (and the h⁴ term above)
     assert got == pytest.approx(expected, abs=1e-10)
@@ -85,8 +100,9 @@ def test_harmonic_oscillator_exponent_is_zero(solver):
     rotation with the same bound up to O((ωh)²); RK4 damps by (ωh)⁶/144 per step, ~1e-12 here."""
     duration, h = 200.0, 0.01
     model = models.HarmonicOscillator(omega=2.0)
-    got = ds.lyapunov_exponent(model, jnp.array([1.0, 0.0]), solver=solver, dt=h,
-                               steps=round(duration / h))  # fmt: skip
+    got = ds.lyapunov_exponent(
+        model, jnp.array([1.0, 0.0]), solver=solver, dt=h, steps=round(duration / h)
+    )
     assert abs(float(got)) <= 1.01 * np.log(2.0) / duration
 
 
@@ -98,8 +114,9 @@ def test_lorenz_28_against_the_published_value():
     y0s = jnp.array([1.0, 1.0, 20.0]) + jax.random.normal(jax.random.key(1), (8, 3))
 
     def exponent(y0):
-        return ds.lyapunov_exponent(models.Lorenz(), y0, solver=ds.RK4(), dt=0.01,
-                                    steps=50_000, transient_steps=2_000)  # fmt: skip
+        return ds.lyapunov_exponent(
+            models.Lorenz(), y0, solver=ds.RK4(), dt=0.01, steps=50_000, transient_steps=2_000
+        )
 
     run = jax.jit(jax.vmap(exponent))
     exponents = np.asarray(run(y0s))
@@ -122,8 +139,13 @@ def test_vmap_over_rho_matches_single_runs_and_the_stable_fixed_points():
     ln κ / T = 0.48 / T (the transient has brought the state to the fixed point by e^{−12})."""
     rhos = jnp.array([0.5, 10.0, 28.0])
     duration, transient = 100.0, 20.0
-    options = dict(solver=ds.RK4(), dt=0.01, steps=round(duration / 0.01),
-                   transient_steps=round(transient / 0.01), history=True)  # fmt: skip
+    options = dict(
+        solver=ds.RK4(),
+        dt=0.01,
+        steps=round(duration / 0.01),
+        transient_steps=round(transient / 0.01),
+        history=True,
+    )
     y0 = jnp.array([1.0, 1.0, 20.0])
 
     def one(rho):
@@ -151,11 +173,22 @@ def test_pytree_state_gives_the_array_result():
         return (full[:1], full[1:])
 
     h, steps = 0.01, 1000
-    array = ds.lyapunov_exponent(ds.ODE(_linear, jnp.asarray(A)), jnp.ones(3), solver=ds.RK4(),
-                                 dt=h, steps=steps, tangent=jnp.asarray(V0))  # fmt: skip
-    tree = ds.lyapunov_exponent(ds.ODE(split, jnp.asarray(A)), (jnp.ones(1), jnp.ones(2)),
-                                solver=ds.RK4(), dt=h, steps=steps,
-                                tangent=(jnp.ones(1), jnp.ones(2)))  # fmt: skip
+    array = ds.lyapunov_exponent(
+        ds.ODE(_linear, jnp.asarray(A)),
+        jnp.ones(3),
+        solver=ds.RK4(),
+        dt=h,
+        steps=steps,
+        tangent=jnp.asarray(V0),
+    )
+    tree = ds.lyapunov_exponent(
+        ds.ODE(split, jnp.asarray(A)),
+        (jnp.ones(1), jnp.ones(2)),
+        solver=ds.RK4(),
+        dt=h,
+        steps=steps,
+        tangent=(jnp.ones(1), jnp.ones(2)),
+    )
     assert float(tree) == pytest.approx(float(array), rel=1e-12)
 
 
@@ -163,8 +196,9 @@ def test_jit_traces_once_for_new_parameter_values():
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def exponent(model):
-        return ds.lyapunov_exponent(model, jnp.array([1.0, 1.0, 20.0]), solver=ds.RK4(),
-                                    dt=0.01, steps=100)  # fmt: skip
+        return ds.lyapunov_exponent(
+            model, jnp.array([1.0, 1.0, 20.0]), solver=ds.RK4(), dt=0.01, steps=100
+        )
 
     for rho in (10.0, 20.0, 28.0):
         assert np.isfinite(exponent(models.Lorenz(rho=rho)))
@@ -173,10 +207,22 @@ def test_jit_traces_once_for_new_parameter_values():
 def test_float32_is_kept():
     h, steps = 0.01, 2000
     model = ds.ODE(_linear, jnp.asarray(A, jnp.float32))
-    single = ds.lyapunov_exponent(model, jnp.ones(3, jnp.float32), solver=ds.RK4(), dt=h,
-                                  steps=steps, tangent=jnp.asarray(V0, jnp.float32))  # fmt: skip
-    double = ds.lyapunov_exponent(ds.ODE(_linear, jnp.asarray(A)), jnp.ones(3), solver=ds.RK4(),
-                                  dt=h, steps=steps, tangent=jnp.asarray(V0))  # fmt: skip
+    single = ds.lyapunov_exponent(
+        model,
+        jnp.ones(3, jnp.float32),
+        solver=ds.RK4(),
+        dt=h,
+        steps=steps,
+        tangent=jnp.asarray(V0, jnp.float32),
+    )
+    double = ds.lyapunov_exponent(
+        ds.ODE(_linear, jnp.asarray(A)),
+        jnp.ones(3),
+        solver=ds.RK4(),
+        dt=h,
+        steps=steps,
+        tangent=jnp.asarray(V0),
+    )
     assert single.dtype == jnp.float32 and double.dtype == jnp.float64
     # 200 logs of float32 growth factors, each good to ~1e-7: the sum divided by T = 20
     assert float(single) == pytest.approx(float(double), abs=1e-5)
@@ -201,8 +247,7 @@ def test_gradient_of_the_exponent():
 def test_blow_up_gives_nan_not_an_error():
     """y' = y² from 1 blows up at t = 1: NaN for that member, no error, under vmap too."""
     model = ds.ODE(lambda t, y, p: p * y**2, 1.0)
-    run = jax.vmap(lambda y0: ds.lyapunov_exponent(model, y0, solver=ds.RK4(), dt=0.01,
-                                                   steps=200))  # fmt: skip
+    run = jax.vmap(lambda y0: ds.lyapunov_exponent(model, y0, solver=ds.RK4(), dt=0.01, steps=200))
     out = np.asarray(run(jnp.array([[-1.0], [1.0]])))
     assert np.isfinite(out[0]) and out[0] < 0  # from −1 it decays like −1/(1+t)
     assert np.isnan(out[1])

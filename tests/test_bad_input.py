@@ -32,8 +32,9 @@ FIT = dict(params="omega", observe=lambda y: y[0], solver=ds.RK4(), dt=0.05)
 def _simulate(**change):
     arguments = dict(model=PENDULUM, y0=Y0, ts=TS, solver=ds.RK4(), dt=0.1)
     arguments.update(change)
-    return ds.simulate(arguments.pop("model"), arguments.pop("y0"), arguments.pop("ts"),
-                       **arguments)  # fmt: skip
+    return ds.simulate(
+        arguments.pop("model"), arguments.pop("y0"), arguments.pop("ts"), **arguments
+    )
 
 
 def _fit(data=None, **change):
@@ -44,8 +45,13 @@ def _fit(data=None, **change):
 def _sweep(axes=None, **change):
     arguments = dict(y0=Y0, ts=np.linspace(0.0, 1.0, 6), solver=ds.RK4(), dt=0.1, progress=False)
     arguments.update(change)
-    return ds.sweep(arguments.pop("model", PENDULUM), axes or {"length": [1.0, 2.0]},
-                    arguments.pop("y0"), arguments.pop("ts"), **arguments)  # fmt: skip
+    return ds.sweep(
+        arguments.pop("model", PENDULUM),
+        axes or {"length": [1.0, 2.0]},
+        arguments.pop("y0"),
+        arguments.pop("ts"),
+        **arguments,
+    )
 
 
 def _solution():
@@ -63,234 +69,559 @@ def _condition_y5(t, y):
 
 CASES = [
     # --- simulate: counts, steps, times -------------------------------------------------------
-    ("max_steps=2**31", lambda: _simulate(solver=ds.Tsit5(), dt=None, max_steps=2**31),
-     ValueError, r"max_steps must be at most 2\*\*31 - 1, what the int32 step counter holds"),
-    ("fixed steps beyond int32", lambda: _simulate(ts=jnp.array([0.0, 1e4]), dt=1e-6),
-     ValueError, r"10,000,000,000 steps, more than its int32 step counter holds"),
+    (
+        "max_steps=2**31",
+        lambda: _simulate(solver=ds.Tsit5(), dt=None, max_steps=2**31),
+        ValueError,
+        r"max_steps must be at most 2\*\*31 - 1, what the int32 step counter holds",
+    ),
+    (
+        "fixed steps beyond int32",
+        lambda: _simulate(ts=jnp.array([0.0, 1e4]), dt=1e-6),
+        ValueError,
+        r"10,000,000,000 steps, more than its int32 step counter holds",
+    ),
     ("dt=True", lambda: _simulate(dt=True), TypeError, "dt must be a positive number, got True"),
     ("complex dt", lambda: _simulate(dt=0.1 + 0j), TypeError, r"dt must be a positive number"),
-    ("dt longer than the interval", lambda: _simulate(ts=jnp.array([0.0, 1.0]), dt=2.0),
-     ValueError, r"dt=2.0 is longer than this interval: take dt=1 \(1 step\)"),
-    ("complex ts", lambda: _simulate(ts=jnp.array([0.0, 1.0 + 1j])), ValueError,
-     "ts must be real output times"),
-    ("times equal in float32",
-     lambda: _simulate(y0=Y0.astype(jnp.float32), ts=np.array([1e8, 1e8 + 1.0]), dt=None,
-                       solver=ds.Tsit5()),
-     ValueError, r"ts\[0\] = 100000000.0 and ts\[1\] = 100000001.0 are the same number in "
-                 "float32"),  # fmt: skip
-    ("ragged list y0", lambda: _simulate(y0=[[1.0, 2.0], [3.0]]), TypeError,
-     "y0 is a list of items of different shapes"),
+    (
+        "dt longer than the interval",
+        lambda: _simulate(ts=jnp.array([0.0, 1.0]), dt=2.0),
+        ValueError,
+        r"dt=2.0 is longer than this interval: take dt=1 \(1 step\)",
+    ),
+    (
+        "complex ts",
+        lambda: _simulate(ts=jnp.array([0.0, 1.0 + 1j])),
+        ValueError,
+        "ts must be real output times",
+    ),
+    (
+        "times equal in float32",
+        lambda: _simulate(
+            y0=Y0.astype(jnp.float32), ts=np.array([1e8, 1e8 + 1.0]), dt=None, solver=ds.Tsit5()
+        ),
+        ValueError,
+        r"ts\[0\] = 100000000.0 and ts\[1\] = 100000001.0 are the same number in "
+        "float32",
+    ),
+    (
+        "ragged list y0",
+        lambda: _simulate(y0=[[1.0, 2.0], [3.0]]),
+        TypeError,
+        "y0 is a list of items of different shapes",
+    ),
     ("text y0", lambda: _simulate(y0=["a", "b"]), TypeError, "the state must hold numbers"),
     # --- models and solvers ---------------------------------------------------------------------
-    ("parameter as text", lambda: models.DampedPendulum(length="1.0"), TypeError,
-     r"DampedPendulum\(length=...\): expected a real number .*got '1.0'"),
-    ("required parameter None", lambda: models.DampedPendulum(length=None), ValueError,
-     r"DampedPendulum\(length=None\): length is required"),
-    ("complex parameter", lambda: models.DampedPendulum(length=1 + 2j), TypeError,
-     r"DampedPendulum\(length=...\): expected a real number"),
-    ("object parameter", lambda: models.Lorenz(rho=object()), TypeError,
-     r"Lorenz\(rho=...\): expected a real number"),
-    ("rtol as text", lambda: ds.Tsit5(rtol="1e-6"), TypeError,
-     r"Tsit5\(rtol=...\): expected a real number"),
+    (
+        "parameter as text",
+        lambda: models.DampedPendulum(length="1.0"),
+        TypeError,
+        r"DampedPendulum\(length=...\): expected a real number .*got '1.0'",
+    ),
+    (
+        "required parameter None",
+        lambda: models.DampedPendulum(length=None),
+        ValueError,
+        r"DampedPendulum\(length=None\): length is required",
+    ),
+    (
+        "complex parameter",
+        lambda: models.DampedPendulum(length=1 + 2j),
+        TypeError,
+        r"DampedPendulum\(length=...\): expected a real number",
+    ),
+    (
+        "object parameter",
+        lambda: models.Lorenz(rho=object()),
+        TypeError,
+        r"Lorenz\(rho=...\): expected a real number",
+    ),
+    (
+        "rtol as text",
+        lambda: ds.Tsit5(rtol="1e-6"),
+        TypeError,
+        r"Tsit5\(rtol=...\): expected a real number",
+    ),
     ("complex rtol", lambda: ds.Tsit5(rtol=1e-6j), TypeError, r"Tsit5\(rtol=...\)"),
     ("rtol None", lambda: ds.Tsit5(rtol=None), ValueError, r"Tsit5\(rtol=None\): rtol is required"),
-    ("atol of the wrong shape",
-     lambda: _simulate(solver=ds.Tsit5(atol=jnp.full(3, 1e-6)), dt=None), ValueError,
-     r"Tsit5\(atol=...\) has shape \(3,\), which does not fit the state \(\(2,\)\)"),
-    ("empty NBody", lambda: models.NBody(masses=jnp.zeros((0,))), ValueError,
-     "give at least one mass"),
-    ("NBody masses and bodies differ",
-     lambda: _simulate(model=models.NBody(masses=jnp.ones(3)), y0=jnp.ones((2, 2, 2)),
-                       solver=ds.Leapfrog()),
-     ValueError, r"NBody has 3 masses, but the state's positions or momenta have shape \(2, 2\)"),
-    ("bounce_times count 0", lambda: models.BouncingBall().bounce_times(1.0, 0), ValueError,
-     "count must be an int >= 1"),
-    ("bounce_times below the floor", lambda: models.BouncingBall().bounce_times(-1.0, 3),
-     ValueError, "height must be > 0"),
+    (
+        "atol of the wrong shape",
+        lambda: _simulate(solver=ds.Tsit5(atol=jnp.full(3, 1e-6)), dt=None),
+        ValueError,
+        r"Tsit5\(atol=...\) has shape \(3,\), which does not fit the state \(\(2,\)\)",
+    ),
+    (
+        "empty NBody",
+        lambda: models.NBody(masses=jnp.zeros((0,))),
+        ValueError,
+        "give at least one mass",
+    ),
+    (
+        "NBody masses and bodies differ",
+        lambda: _simulate(
+            model=models.NBody(masses=jnp.ones(3)), y0=jnp.ones((2, 2, 2)), solver=ds.Leapfrog()
+        ),
+        ValueError,
+        r"NBody has 3 masses, but the state's positions or momenta have shape \(2, 2\)",
+    ),
+    (
+        "bounce_times count 0",
+        lambda: models.BouncingBall().bounce_times(1.0, 0),
+        ValueError,
+        "count must be an int >= 1",
+    ),
+    (
+        "bounce_times below the floor",
+        lambda: models.BouncingBall().bounce_times(-1.0, 3),
+        ValueError,
+        "height must be > 0",
+    ),
     # --- events ---------------------------------------------------------------------------------
-    ("condition beyond the state",
-     lambda: _simulate(events=ds.Event(_condition_y5, terminal=True)), ValueError,
-     r"the event's condition indexes the state beyond its shape \(index 5 is out of bounds"),
-    ("reset beyond the state",
-     lambda: _simulate(events=ds.Event(lambda t, y: y[0],
-                                       reset=lambda t, y: jnp.stack([y[0], -y[3]]))),
-     ValueError, "the event's reset indexes the state beyond its shape"),
-    ("events as a bare function", lambda: _simulate(events=lambda t, y: y[0]), TypeError,
-     r"events must be a ds.Event or a tuple of them, got function \(wrap a condition"),
-    ("reset of another dtype",
-     lambda: _simulate(events=ds.Event(lambda t, y: y[0],
-                                       reset=lambda t, y: (-y).astype(jnp.float32))),
-     ValueError, r"reset\(t, y\) must return a state like y \(\(2,\) float64\), got \(2,\) "
-                 "float32"),  # fmt: skip
-    ("max_events a float", lambda: ds.Event(lambda t, y: y[0], reset=lambda t, y: y,
-                                            max_events=2.0),
-     ValueError, "max_events must be an int >= 1"),
+    (
+        "condition beyond the state",
+        lambda: _simulate(events=ds.Event(_condition_y5, terminal=True)),
+        ValueError,
+        r"the event's condition indexes the state beyond its shape \(index 5 is out of bounds",
+    ),
+    (
+        "reset beyond the state",
+        lambda: _simulate(
+            events=ds.Event(lambda t, y: y[0], reset=lambda t, y: jnp.stack([y[0], -y[3]]))
+        ),
+        ValueError,
+        "the event's reset indexes the state beyond its shape",
+    ),
+    (
+        "events as a bare function",
+        lambda: _simulate(events=lambda t, y: y[0]),
+        TypeError,
+        r"events must be a ds.Event or a tuple of them, got function \(wrap a condition",
+    ),
+    (
+        "reset of another dtype",
+        lambda: _simulate(
+            events=ds.Event(lambda t, y: y[0], reset=lambda t, y: (-y).astype(jnp.float32))
+        ),
+        ValueError,
+        r"reset\(t, y\) must return a state like y \(\(2,\) float64\), got \(2,\) "
+        "float32",
+    ),
+    (
+        "max_events a float",
+        lambda: ds.Event(lambda t, y: y[0], reset=lambda t, y: y, max_events=2.0),
+        ValueError,
+        "max_events must be an int >= 1",
+    ),
     # --- fit ------------------------------------------------------------------------------------
-    ("all weights zero", lambda: _fit(weights=np.zeros(16)), ValueError,
-     "every observed value has weight 0: there is nothing to fit"),
+    (
+        "all weights zero",
+        lambda: _fit(weights=np.zeros(16)),
+        ValueError,
+        "every observed value has weight 0: there is nothing to fit",
+    ),
     ("level as text", lambda: _fit(level="0.95"), TypeError, "level must be a real number"),
-    ("continuity_weight inf", lambda: _fit(segments=2, continuity_weight=float("inf")),
-     ValueError, "continuity_weight must be finite"),
+    (
+        "continuity_weight inf",
+        lambda: _fit(segments=2, continuity_weight=float("inf")),
+        ValueError,
+        "continuity_weight must be finite",
+    ),
     ("t0 as text", lambda: _fit(t0="0"), TypeError, "t0 must be a real number"),
-    ("max_steps a float", lambda: _fit(solver=ds.Tsit5(), dt=None, max_steps=2.7), TypeError,
-     "max_steps must be a Python int"),
-    ("rtol and atol 0", lambda: _fit(rtol=0.0, atol=0.0), ValueError,
-     "rtol and atol cannot both be 0"),
+    (
+        "max_steps a float",
+        lambda: _fit(solver=ds.Tsit5(), dt=None, max_steps=2.7),
+        TypeError,
+        "max_steps must be a Python int",
+    ),
+    (
+        "rtol and atol 0",
+        lambda: _fit(rtol=0.0, atol=0.0),
+        ValueError,
+        "rtol and atol cannot both be 0",
+    ),
     ("rtol NaN", lambda: _fit(rtol=float("nan")), ValueError, "rtol must be finite"),
     ("negative atol", lambda: _fit(atol=-1.0), ValueError, "atol must be >= 0"),
-    ("initial_state as a mask", lambda: _fit(initial_state=[True, False]), TypeError,
-     r"initial_state lists True: give the fitted components by index or name .*not as a mask"),
-    ("initial_state a number", lambda: _fit(initial_state=1.5), TypeError,
-     "initial_state must be True, False or a list"),
+    (
+        "initial_state as a mask",
+        lambda: _fit(initial_state=[True, False]),
+        TypeError,
+        r"initial_state lists True: give the fitted components by index or name .*not as a mask",
+    ),
+    (
+        "initial_state a number",
+        lambda: _fit(initial_state=1.5),
+        TypeError,
+        "initial_state must be True, False or a list",
+    ),
     ("params an int", lambda: _fit(params=3), TypeError, "params must be a parameter name"),
-    ("bounds of one value", lambda: _fit(bounds={"omega": (0,)}), ValueError,
-     r"bounds\['omega'\] must be \(lower, upper\)"),
-    ("bounds a number", lambda: _fit(bounds={"omega": 5}), ValueError,
-     r"bounds\['omega'\] must be \(lower, upper\)"),
-    ("bounds a list", lambda: _fit(bounds=[0.0, 1.0]), TypeError,
-     r"bounds must be a dict name -> \(lower, upper\)"),
-    ("key an int", lambda: _fit(starts=3, key=0), TypeError,
-     r"key must be a JAX random key such as jax.random.key\(0\), got 0 \(an int seed\?"),
-    ("observe beyond the state", lambda: _fit(observe=lambda y: y[5]), ValueError,
-     "observe indexes the state beyond its shape"),
-    ("observe returns integers", lambda: _fit(observe=lambda y: jnp.argmax(y)), TypeError,
-     "observe must return floats"),
-    ("events a condition", lambda: _fit(events=lambda t, y: y[0]), TypeError,
-     "events as a function must map the model to its events"),
-    ("events function returns None", lambda: _fit(events=lambda m: None), TypeError,
-     "the events function returned None"),
-    ("float16 y0", lambda: ds.fit(OSCILLATOR, jnp.array([1.0, 0.0], jnp.float16),
-                                  (FIT_TS, FIT_X), **FIT),
-     TypeError, "y0 is float16: ds.fit computes covariances"),
-    ("complex y0", lambda: ds.fit(OSCILLATOR, jnp.array([1.0 + 0j, 0.0]), (FIT_TS, FIT_X),
-                                  **FIT),
-     TypeError, "y0 is complex"),
-    ("tuple y0", lambda: ds.fit(OSCILLATOR, (jnp.ones(()), jnp.zeros(())), (FIT_TS, FIT_X),
-                                **FIT),
-     TypeError, "ds.fit takes the initial state as one array"),
-    ("data of 1e308", lambda: _fit(data=(FIT_TS, np.where(FIT_TS > 2, 1e308, FIT_X))),
-     ValueError, r"the data reach 1e\+308 .*overflow float64. Rescale the data"),
+    (
+        "bounds of one value",
+        lambda: _fit(bounds={"omega": (0,)}),
+        ValueError,
+        r"bounds\['omega'\] must be \(lower, upper\)",
+    ),
+    (
+        "bounds a number",
+        lambda: _fit(bounds={"omega": 5}),
+        ValueError,
+        r"bounds\['omega'\] must be \(lower, upper\)",
+    ),
+    (
+        "bounds a list",
+        lambda: _fit(bounds=[0.0, 1.0]),
+        TypeError,
+        r"bounds must be a dict name -> \(lower, upper\)",
+    ),
+    (
+        "key an int",
+        lambda: _fit(starts=3, key=0),
+        TypeError,
+        r"key must be a JAX random key such as jax.random.key\(0\), got 0 \(an int seed\?",
+    ),
+    (
+        "observe beyond the state",
+        lambda: _fit(observe=lambda y: y[5]),
+        ValueError,
+        "observe indexes the state beyond its shape",
+    ),
+    (
+        "observe returns integers",
+        lambda: _fit(observe=lambda y: jnp.argmax(y)),
+        TypeError,
+        "observe must return floats",
+    ),
+    (
+        "events a condition",
+        lambda: _fit(events=lambda t, y: y[0]),
+        TypeError,
+        "events as a function must map the model to its events",
+    ),
+    (
+        "events function returns None",
+        lambda: _fit(events=lambda m: None),
+        TypeError,
+        "the events function returned None",
+    ),
+    (
+        "float16 y0",
+        lambda: ds.fit(OSCILLATOR, jnp.array([1.0, 0.0], jnp.float16), (FIT_TS, FIT_X), **FIT),
+        TypeError,
+        "y0 is float16: ds.fit computes covariances",
+    ),
+    (
+        "complex y0",
+        lambda: ds.fit(OSCILLATOR, jnp.array([1.0 + 0j, 0.0]), (FIT_TS, FIT_X), **FIT),
+        TypeError,
+        "y0 is complex",
+    ),
+    (
+        "tuple y0",
+        lambda: ds.fit(OSCILLATOR, (jnp.ones(()), jnp.zeros(())), (FIT_TS, FIT_X), **FIT),
+        TypeError,
+        "ds.fit takes the initial state as one array",
+    ),
+    (
+        "data of 1e308",
+        lambda: _fit(data=(FIT_TS, np.where(FIT_TS > 2, 1e308, FIT_X))),
+        ValueError,
+        r"the data reach 1e\+308 .*overflow float64. Rescale the data",
+    ),
     # --- data: arrays, tables ---------------------------------------------------------------------
-    ("complex data", lambda: ds.Data([0.0, 1.0, 2.0], np.array([1 + 1j, 2, 3])), ValueError,
-     "data values are complex numbers"),
-    ("ragged data", lambda: ds.Data([0.0, 1.0], [[1.0, 2.0], [3.0]]), ValueError,
-     "data values must be a rectangular array"),
-    ("text data", lambda: ds.Data([0.0, 1.0], ["1", "2"]), ValueError,
-     "data values must be numbers, got an array of dtype <U1"),
-    ("frame with a text cell",
-     lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, "n/a", 3.0]}, index=[0.0, 1.0, 2.0])),
-     ValueError, r"DataFrame column 'x': row '1.0' holds 'n/a', which is not a number"),
-    ("frame with dates as times",
-     lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, 2.0]},
-                                             index=pd.to_datetime(["1900-01-01", "1901-01-01"]))),
-     ValueError, r"DataFrame index \(the times\) holds dates"),
-    ("frame with durations as times",
-     lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, 2.0]},
-                                             index=pd.to_timedelta([0, 1], unit="s"))),
-     ValueError, "holds durations"),
-    ("frame with the default index",
-     lambda: ds.Data.from_frame(pd.DataFrame({"t": [0.0, 1.0], "x": [1.0, 2.0]})),
-     ValueError, r"the default 0, 1, 2, …: pass time='<column>'"),
-    ("frame with text times",
-     lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, 2.0]}, index=["t0", "t1"])),
-     ValueError, r"row 't0' holds 't0', which is not a number"),
-    ("frame with duplicate columns",
-     lambda: ds.Data.from_frame(pd.DataFrame(np.ones((2, 2)), columns=["a", "a"],
-                                             index=[0.0, 1.0])),
-     ValueError, r"duplicate column names \['a'\]"),
-    ("frame naming the time twice",
-     lambda: ds.Data.from_frame(pd.DataFrame({"t": [0.0, 1.0], "x": [1.0, 2.0]}), time="t",
-                                columns=["t", "x"]),
-     ValueError, "the time column 't' is also listed among columns"),
-    ("xarray without that dimension",
-     lambda: ds.Data.from_xarray(xr.DataArray([1.0, 2.0], dims=["time"],
-                                              coords={"time": [0.0, 1.0]}), time="t"),
-     ValueError, r"no dimension 't' for the times; its dimensions are \['time'\]"),
-    ("xarray with labels as times",
-     lambda: ds.Data.from_xarray(xr.DataArray(np.zeros((2, 3)), dims=["obs", "time"],
-                                              coords={"time": [0.0, 1.0, 2.0],
-                                                      "obs": ["a", "b"]})),
-     ValueError, r"the coordinate 'obs' \(the times\): row 'a' holds 'a'"),
+    (
+        "complex data",
+        lambda: ds.Data([0.0, 1.0, 2.0], np.array([1 + 1j, 2, 3])),
+        ValueError,
+        "data values are complex numbers",
+    ),
+    (
+        "ragged data",
+        lambda: ds.Data([0.0, 1.0], [[1.0, 2.0], [3.0]]),
+        ValueError,
+        "data values must be a rectangular array",
+    ),
+    (
+        "text data",
+        lambda: ds.Data([0.0, 1.0], ["1", "2"]),
+        ValueError,
+        "data values must be numbers, got an array of dtype <U1",
+    ),
+    (
+        "frame with a text cell",
+        lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, "n/a", 3.0]}, index=[0.0, 1.0, 2.0])),
+        ValueError,
+        r"DataFrame column 'x': row '1.0' holds 'n/a', which is not a number",
+    ),
+    (
+        "frame with dates as times",
+        lambda: ds.Data.from_frame(
+            pd.DataFrame({"x": [1.0, 2.0]}, index=pd.to_datetime(["1900-01-01", "1901-01-01"]))
+        ),
+        ValueError,
+        r"DataFrame index \(the times\) holds dates",
+    ),
+    (
+        "frame with durations as times",
+        lambda: ds.Data.from_frame(
+            pd.DataFrame({"x": [1.0, 2.0]}, index=pd.to_timedelta([0, 1], unit="s"))
+        ),
+        ValueError,
+        "holds durations",
+    ),
+    (
+        "frame with the default index",
+        lambda: ds.Data.from_frame(pd.DataFrame({"t": [0.0, 1.0], "x": [1.0, 2.0]})),
+        ValueError,
+        r"the default 0, 1, 2, …: pass time='<column>'",
+    ),
+    (
+        "frame with text times",
+        lambda: ds.Data.from_frame(pd.DataFrame({"x": [1.0, 2.0]}, index=["t0", "t1"])),
+        ValueError,
+        r"row 't0' holds 't0', which is not a number",
+    ),
+    (
+        "frame with duplicate columns",
+        lambda: ds.Data.from_frame(
+            pd.DataFrame(np.ones((2, 2)), columns=["a", "a"], index=[0.0, 1.0])
+        ),
+        ValueError,
+        r"duplicate column names \['a'\]",
+    ),
+    (
+        "frame naming the time twice",
+        lambda: ds.Data.from_frame(
+            pd.DataFrame({"t": [0.0, 1.0], "x": [1.0, 2.0]}), time="t", columns=["t", "x"]
+        ),
+        ValueError,
+        "the time column 't' is also listed among columns",
+    ),
+    (
+        "xarray without that dimension",
+        lambda: ds.Data.from_xarray(
+            xr.DataArray([1.0, 2.0], dims=["time"], coords={"time": [0.0, 1.0]}), time="t"
+        ),
+        ValueError,
+        r"no dimension 't' for the times; its dimensions are \['time'\]",
+    ),
+    (
+        "xarray with labels as times",
+        lambda: ds.Data.from_xarray(
+            xr.DataArray(
+                np.zeros((2, 3)),
+                dims=["obs", "time"],
+                coords={"time": [0.0, 1.0, 2.0], "obs": ["a", "b"]},
+            )
+        ),
+        ValueError,
+        r"the coordinate 'obs' \(the times\): row 'a' holds 'a'",
+    ),
     # --- sweeps and samples -----------------------------------------------------------------------
-    ("axis of text", lambda: _sweep({"length": ["1.0", "2.0"]}), TypeError,
-     "sweep axis 'length' must hold real numbers, got dtype <U3"),
-    ("axis of complex numbers", lambda: _sweep({"length": [1 + 1j, 2.0]}), TypeError,
-     r"must hold real numbers, got dtype complex128 \(complex\)"),
-    ("axis of booleans", lambda: _sweep({"length": [True, False]}), TypeError,
-     "must hold real numbers, got dtype bool"),
-    ("axis a set", lambda: _sweep({"length": {1.0, 2.0}}), TypeError,
-     "a set or a generator has no order"),
-    ("ragged axis", lambda: _sweep({"y0": [[1.0, 0.0], [1.0]]}, y0=None), ValueError,
-     "its values have different shapes"),
-    ("axis replacing a pytree field",
-     lambda: _sweep({"params": [1.0, 2.0]}, model=ds.ODE(lambda t, y, p: -p["k"] * y,
-                                                         {"k": 1.0})),
-     TypeError, r"ODE.params is a dict, not an array"),
-    ("reduce returning text", lambda: _sweep(reduce=lambda s: "done"), TypeError,
-     "the reduce output 'output' must be numbers"),
+    (
+        "axis of text",
+        lambda: _sweep({"length": ["1.0", "2.0"]}),
+        TypeError,
+        "sweep axis 'length' must hold real numbers, got dtype <U3",
+    ),
+    (
+        "axis of complex numbers",
+        lambda: _sweep({"length": [1 + 1j, 2.0]}),
+        TypeError,
+        r"must hold real numbers, got dtype complex128 \(complex\)",
+    ),
+    (
+        "axis of booleans",
+        lambda: _sweep({"length": [True, False]}),
+        TypeError,
+        "must hold real numbers, got dtype bool",
+    ),
+    (
+        "axis a set",
+        lambda: _sweep({"length": {1.0, 2.0}}),
+        TypeError,
+        "a set or a generator has no order",
+    ),
+    (
+        "ragged axis",
+        lambda: _sweep({"y0": [[1.0, 0.0], [1.0]]}, y0=None),
+        ValueError,
+        "its values have different shapes",
+    ),
+    (
+        "axis replacing a pytree field",
+        lambda: _sweep(
+            {"params": [1.0, 2.0]}, model=ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 1.0})
+        ),
+        TypeError,
+        r"ODE.params is a dict, not an array",
+    ),
+    (
+        "reduce returning text",
+        lambda: _sweep(reduce=lambda s: "done"),
+        TypeError,
+        "the reduce output 'output' must be numbers",
+    ),
     ("store a number", lambda: _sweep(store=5), TypeError, "store must be a path"),
     ("store empty", lambda: _sweep(store=""), ValueError, "store is an empty path"),
     ("store with NUL", lambda: _sweep(store="a\x00b.zarr"), ValueError, "NUL character"),
-    ("NaN y0", lambda: _sweep(y0=jnp.array([jnp.nan, 0.0])), ValueError,
-     "y0 holds NaN or inf; the initial state shared by the members must be finite"),
-    ("sweep key an int",
-     lambda: _sweep(model=lambda length, key: models.DampedPendulum(length=length), key=0),
-     TypeError, "key must be a JAX random key"),
-    ("summary of a dict", lambda: ds.sweep_summary({"a": 1}), TypeError,
-     "sweep_summary takes the xarray.Dataset of a sweep"),
-    ("samples without bounds", lambda: ds.Samples.latin_hypercube({}, 4, key=jax.random.key(0)),
-     TypeError, "bounds must be a non-empty dict"),
-    ("samples bound as text",
-     lambda: ds.Samples.latin_hypercube({"a": "01"}, 4, key=jax.random.key(0)), TypeError,
-     r"bound of 'a' must be \(low, high\), got '01'"),
-    ("samples log as text", lambda: ds.Samples.halton({"ab": (1.0, 2.0)}, 4, log="ab"), TypeError,
-     r"log must be a list of names, e.g. log=\['ab'\]"),
-    ("halton skip negative", lambda: ds.Samples.halton({"a": (0.0, 1.0)}, 4, skip=-1),
-     ValueError, "skip must be >= 0"),
-    ("halton skip a float", lambda: ds.Samples.halton({"a": (0.0, 1.0)}, 4, skip=1.5), TypeError,
-     "skip must be a Python int"),
-    ("samples n as text", lambda: ds.Samples.halton({"a": (0.0, 1.0)}, "4"), TypeError,
-     "the number of samples n must be an int"),
-    ("latin hypercube key an int", lambda: ds.Samples.latin_hypercube({"a": (0, 1)}, 4, key=0),
-     TypeError, "key must be a JAX random key"),
+    (
+        "NaN y0",
+        lambda: _sweep(y0=jnp.array([jnp.nan, 0.0])),
+        ValueError,
+        "y0 holds NaN or inf; the initial state shared by the members must be finite",
+    ),
+    (
+        "sweep key an int",
+        lambda: _sweep(model=lambda length, key: models.DampedPendulum(length=length), key=0),
+        TypeError,
+        "key must be a JAX random key",
+    ),
+    (
+        "summary of a dict",
+        lambda: ds.sweep_summary({"a": 1}),
+        TypeError,
+        "sweep_summary takes the xarray.Dataset of a sweep",
+    ),
+    (
+        "samples without bounds",
+        lambda: ds.Samples.latin_hypercube({}, 4, key=jax.random.key(0)),
+        TypeError,
+        "bounds must be a non-empty dict",
+    ),
+    (
+        "samples bound as text",
+        lambda: ds.Samples.latin_hypercube({"a": "01"}, 4, key=jax.random.key(0)),
+        TypeError,
+        r"bound of 'a' must be \(low, high\), got '01'",
+    ),
+    (
+        "samples log as text",
+        lambda: ds.Samples.halton({"ab": (1.0, 2.0)}, 4, log="ab"),
+        TypeError,
+        r"log must be a list of names, e.g. log=\['ab'\]",
+    ),
+    (
+        "halton skip negative",
+        lambda: ds.Samples.halton({"a": (0.0, 1.0)}, 4, skip=-1),
+        ValueError,
+        "skip must be >= 0",
+    ),
+    (
+        "halton skip a float",
+        lambda: ds.Samples.halton({"a": (0.0, 1.0)}, 4, skip=1.5),
+        TypeError,
+        "skip must be a Python int",
+    ),
+    (
+        "samples n as text",
+        lambda: ds.Samples.halton({"a": (0.0, 1.0)}, "4"),
+        TypeError,
+        "the number of samples n must be an int",
+    ),
+    (
+        "latin hypercube key an int",
+        lambda: ds.Samples.latin_hypercube({"a": (0, 1)}, 4, key=0),
+        TypeError,
+        "key must be a JAX random key",
+    ),
     # --- iterate, analysis -----------------------------------------------------------------------
-    ("iterate stop a number", lambda: _iterate(stop=lambda s: s - 3.0), TypeError,
-     "stop\\(state\\) must return one boolean .*a number is not a stop condition"),
-    ("iterate step changes the shape", lambda: _iterate(step=lambda k, s: jnp.stack([s, s])),
-     TypeError, "step\\(key, state\\) must return a state like the one it takes"),
-    ("iterate arguments swapped",
-     lambda: _iterate(step=lambda s, k: s + jax.random.normal(k)), TypeError,
-     "step takes the key first, then the state"),
+    (
+        "iterate stop a number",
+        lambda: _iterate(stop=lambda s: s - 3.0),
+        TypeError,
+        "stop\\(state\\) must return one boolean .*a number is not a stop condition",
+    ),
+    (
+        "iterate step changes the shape",
+        lambda: _iterate(step=lambda k, s: jnp.stack([s, s])),
+        TypeError,
+        "step\\(key, state\\) must return a state like the one it takes",
+    ),
+    (
+        "iterate arguments swapped",
+        lambda: _iterate(step=lambda s, k: s + jax.random.normal(k)),
+        TypeError,
+        "step takes the key first, then the state",
+    ),
     ("iterate key an int", lambda: _iterate(key=0), TypeError, "key must be a JAX random key"),
-    ("SDE key an int",
-     lambda: ds.simulate(models.OrnsteinUhlenbeck(), jnp.array(1.0), jnp.linspace(0.0, 1.0, 3),
-                         solver=ds.EulerMaruyama(), dt=0.1, key=0),
-     TypeError, "key must be a JAX random key"),
-    ("lyapunov t0 NaN",
-     lambda: ds.lyapunov_exponent(models.Lorenz(), jnp.array([1.0, 1.0, 20.0]), solver=ds.RK4(),
-                                  dt=0.01, steps=100, t0=float("nan")),
-     ValueError, "t0 must be finite"),
-    ("sensitivity to a misspelt name",
-     lambda: ds.sensitivity(PENDULUM, Y0, np.linspace(0.0, 1.0, 6), solver=ds.RK4(), dt=0.1,
-                            wrt="lenght"),
-     ValueError, r"DampedPendulum has no parameter 'lenght'; it has: length, gravity, damping"),
-    ("sensitivity to a switched-off term",
-     lambda: ds.sensitivity(PENDULUM, Y0, np.linspace(0.0, 1.0, 6), solver=ds.RK4(), dt=0.1,
-                            wrt=("drive_amplitude",)),
-     ValueError, r"DampedPendulum.drive_amplitude is None, not a floating array"),
+    (
+        "SDE key an int",
+        lambda: ds.simulate(
+            models.OrnsteinUhlenbeck(),
+            jnp.array(1.0),
+            jnp.linspace(0.0, 1.0, 3),
+            solver=ds.EulerMaruyama(),
+            dt=0.1,
+            key=0,
+        ),
+        TypeError,
+        "key must be a JAX random key",
+    ),
+    (
+        "lyapunov t0 NaN",
+        lambda: ds.lyapunov_exponent(
+            models.Lorenz(),
+            jnp.array([1.0, 1.0, 20.0]),
+            solver=ds.RK4(),
+            dt=0.01,
+            steps=100,
+            t0=float("nan"),
+        ),
+        ValueError,
+        "t0 must be finite",
+    ),
+    (
+        "sensitivity to a misspelt name",
+        lambda: ds.sensitivity(
+            PENDULUM, Y0, np.linspace(0.0, 1.0, 6), solver=ds.RK4(), dt=0.1, wrt="lenght"
+        ),
+        ValueError,
+        r"DampedPendulum has no parameter 'lenght'; it has: length, gravity, damping",
+    ),
+    (
+        "sensitivity to a switched-off term",
+        lambda: ds.sensitivity(
+            PENDULUM,
+            Y0,
+            np.linspace(0.0, 1.0, 6),
+            solver=ds.RK4(),
+            dt=0.1,
+            wrt=("drive_amplitude",),
+        ),
+        ValueError,
+        r"DampedPendulum.drive_amplitude is None, not a floating array",
+    ),
     # --- plots ----------------------------------------------------------------------------------
-    ("plot.fit of a solution", lambda: ds.plot.fit(_solution()), TypeError,
-     "ds.plot.fit takes a ds.FitResult"),
-    ("plot.trajectory of an array", lambda: ds.plot.trajectory(np.zeros((3, 2))), TypeError,
-     "ds.plot.trajectory takes a ds.Solution"),
-    ("trajectory names as text", lambda: ds.plot.trajectory(_solution(), names="ab"), TypeError,
-     "names must be a list of labels"),
-    ("trajectory component beyond the state",
-     lambda: ds.plot.trajectory(_solution(), components=[0, 4]), ValueError,
-     "component 4 is not an index of the 2 state components"),
-    ("phase portrait axis beyond the state", lambda: ds.plot.phase_portrait(np.zeros((3, 2)), 0, 5),
-     ValueError, "axis component 5 is not an index of the 2 state components"),
-]  # fmt: skip
+    (
+        "plot.fit of a solution",
+        lambda: ds.plot.fit(_solution()),
+        TypeError,
+        "ds.plot.fit takes a ds.FitResult",
+    ),
+    (
+        "plot.trajectory of an array",
+        lambda: ds.plot.trajectory(np.zeros((3, 2))),
+        TypeError,
+        "ds.plot.trajectory takes a ds.Solution",
+    ),
+    (
+        "trajectory names as text",
+        lambda: ds.plot.trajectory(_solution(), names="ab"),
+        TypeError,
+        "names must be a list of labels",
+    ),
+    (
+        "trajectory component beyond the state",
+        lambda: ds.plot.trajectory(_solution(), components=[0, 4]),
+        ValueError,
+        "component 4 is not an index of the 2 state components",
+    ),
+    (
+        "phase portrait axis beyond the state",
+        lambda: ds.plot.phase_portrait(np.zeros((3, 2)), 0, 5),
+        ValueError,
+        "axis component 5 is not an index of the 2 state components",
+    ),
+]
 
 
 @pytest.mark.parametrize("call, error, message", named_cases(CASES))
@@ -342,8 +673,13 @@ def test_tolerances_below_the_precision_say_so():
 
 def test_a_stiff_solver_out_of_steps_is_not_told_to_use_a_stiff_solver():
     with pytest.raises(ds.SimulationError, match="max_steps_reached") as error:
-        ds.simulate(models.Robertson(), jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1e3]),
-                    solver=ds.Kvaerno5(), max_steps=4)  # fmt: skip
+        ds.simulate(
+            models.Robertson(),
+            jnp.array([1.0, 0.0, 0.0]),
+            jnp.array([0.0, 1e3]),
+            solver=ds.Kvaerno5(),
+            max_steps=4,
+        )
     assert "raise max_steps or loosen rtol/atol" in str(error.value)
     assert "stiff solver" not in str(error.value)
 
@@ -351,8 +687,10 @@ def test_a_stiff_solver_out_of_steps_is_not_told_to_use_a_stiff_solver():
 # Events: one rule for every solver. A condition that starts on zero counts as coming from the
 # side opposite to where the flow carries it, so it fires at t0 when it leaves zero in the
 # event's direction; conditions that cannot be tracked are flagged.
-EVENT_SOLVERS = [pytest.param(dict(solver=ds.RK4(), dt=0.01), id="RK4"),
-                 pytest.param(dict(solver=ds.Tsit5(rtol=1e-8, atol=1e-8)), id="Tsit5")]  # fmt: skip
+EVENT_SOLVERS = [
+    pytest.param(dict(solver=ds.RK4(), dt=0.01), id="RK4"),
+    pytest.param(dict(solver=ds.Tsit5(rtol=1e-8, atol=1e-8)), id="Tsit5"),
+]
 
 
 def test_a_condition_zero_at_t0_fires_there_as_with_an_adaptive_solver():
@@ -371,8 +709,9 @@ def test_a_ball_released_at_the_floor_bounces_at_once(options):
     # 2 v / g; the ball never goes below the floor (it once fell to -82 m)
     ball = models.BouncingBall(restitution=1.0)
     ts = jnp.linspace(0.0, 0.5, 51)
-    sol = ds.simulate(ball, jnp.array([0.0, -1.0]), ts, events=ball.impacts(max_events=4),
-                      **options)  # fmt: skip
+    sol = ds.simulate(
+        ball, jnp.array([0.0, -1.0]), ts, events=ball.impacts(max_events=4), **options
+    )
     times = np.asarray(sol.event_time)
     # free fall is a cubic (quadratic) trajectory: RK4's Hermite interpolant and Tsit5's dense
     # output locate its roots to the root finder's tolerance (~1e-10 in time); 1e-9 and a
@@ -403,8 +742,14 @@ def test_an_event_holding_float64_runs_on_a_float32_state():
     # impacts() holds the restitution as float64 under x64; it is cast to the state's dtype
     ball = models.BouncingBall()
     ts = jnp.linspace(0.0, 1.0, 11, dtype=jnp.float32)
-    sol = ds.simulate(ball, jnp.array([1.0, 0.0], jnp.float32), ts, solver=ds.RK4(), dt=0.01,
-                      events=ball.impacts())  # fmt: skip
+    sol = ds.simulate(
+        ball,
+        jnp.array([1.0, 0.0], jnp.float32),
+        ts,
+        solver=ds.RK4(),
+        dt=0.01,
+        events=ball.impacts(),
+    )
     assert int(sol.event_count) == 1 and sol.ys.dtype == jnp.float32
     # t = sqrt(2h/g), located in float32: a relative 1e-5 is ~100 float32 epsilons
     np.testing.assert_allclose(float(sol.event_time[0]), np.sqrt(2 / 9.81), rtol=1e-5)
@@ -412,8 +757,9 @@ def test_an_event_holding_float64_runs_on_a_float32_state():
 
 def test_a_reset_that_returns_nan_is_a_nonfinite_state():
     event = ds.Event(lambda t, y: y[0], reset=lambda t, y: y * jnp.nan)
-    sol = ds.simulate(PENDULUM, Y0, jnp.linspace(0.0, 2.0, 11), solver=ds.Tsit5(), events=event,
-                      throw=False)  # fmt: skip
+    sol = ds.simulate(
+        PENDULUM, Y0, jnp.linspace(0.0, 2.0, 11), solver=ds.Tsit5(), events=event, throw=False
+    )
     assert int(sol.result) == ds.RESULTS.nonfinite_state
 
 

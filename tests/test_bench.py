@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diffsim._bench import bench, PLOT, RAW, REPORT
+from diffsim._apps.bench import bench, PLOT, RAW, REPORT
 
 ROOT = Path(__file__).parent.parent
 BENCH = ROOT / "experiments" / "bench"
@@ -105,8 +105,13 @@ def test_gpu_script_path_runs_without_optional_packages():
         "'--no-work-precision'])\n"
         f"assert not set({blocked!r}) & set(sys.modules), 'an optional package was imported'\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "fixed step: >= 2x faster than diffrax" in out.stdout
     assert "Adaptive Tsit5" in out.stdout
@@ -121,5 +126,8 @@ def test_bench_quick_suite(tmp_path):
     raw = json.loads((out / RAW).read_text())
     expected = {p.stem for p in BENCH.glob("[a-z]*.py")}
     assert set(raw["benchmarks"]) == expected
-    assert all(b["status"] == "ok" and b["targets"] for b in raw["benchmarks"].values()
-               if b["name"] != "early_exit")  # fmt: skip
+    assert all(
+        b["status"] == "ok" and b["targets"]
+        for b in raw["benchmarks"].values()
+        if b["name"] != "early_exit"
+    )

@@ -40,7 +40,7 @@ def test_fitting_page_example_runs():
 
 
 def test_demo_writes_figure_and_gradient_matches_finite_difference(tmp_path):
-    from diffsim._demo import run
+    from diffsim._apps.demo import run
 
     summary = run(tmp_path, quick=True)
     assert (tmp_path / "demo.png").stat().st_size > 10_000

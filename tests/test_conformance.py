@@ -28,12 +28,14 @@ def _tolerance(dtype, solver=None):
 # Robertson in float32 (Kvaerno5, ~25 s to compile) is a slow extra; float64 runs by default
 _MODEL_DTYPES = [
     pytest.param(
-        name, dtype, id=f"{name}-{label}",
+        name,
+        dtype,
+        id=f"{name}-{label}",
         marks=[pytest.mark.slow] if (name, label) == ("Robertson", "f32") else [],
     )
     for name in MODEL_CASES
     for dtype, label in ((jnp.float32, "f32"), (jnp.float64, "f64"))
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, dtype", _MODEL_DTYPES)

@@ -72,8 +72,16 @@ TSIT5, KVAERNO5 = SOLVERS[-4], SOLVERS[-1]
 # `AbstractRungeKutta.step` and SymplecticEuler the same splitting code as Leapfrog/Yoshida4:
 # by default RK4, the higher-order splittings and the adaptive solvers run, the rest (~75 s of
 # compilation) with the slow extras.
-_SLOW_DERIVATIVES = (ds.Dopri5, ds.Dopri8, ds.Euler, ds.Heun, ds.Midpoint, ds.Ralston, ds.RK38,
-                     ds.SymplecticEuler)  # fmt: skip
+_SLOW_DERIVATIVES = (
+    ds.Dopri5,
+    ds.Dopri8,
+    ds.Euler,
+    ds.Heun,
+    ds.Midpoint,
+    ds.Ralston,
+    ds.RK38,
+    ds.SymplecticEuler,
+)
 SOLVER_PARAMS = [
     pytest.param(s, marks=pytest.mark.slow) if isinstance(s, _SLOW_DERIVATIVES) else s
     for s in SOLVERS

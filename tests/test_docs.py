@@ -22,8 +22,15 @@ def test_site_builds_strictly(tmp_path):
     # ~3 s on 2 cores: mkdocstrings reads the package statically (griffe), nothing is executed.
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python")
-    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-               str(tmp_path / "site")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(tmp_path / "site"),
+    ]
     # NO_MKDOCS_2_WARNING silences material's banner about its successor, which is not a
     # build warning but would fill the report
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}

@@ -87,9 +87,13 @@ def test_crossing_is_located_inside_the_step_to_the_solver_order():
     errors = []
     for dt in (0.1, 0.05):
         sol = ds.simulate(
-            oscillator, jnp.array([1.0, 0.0]), jnp.array([0.0, 3.0]), solver=ds.RK4(), dt=dt,
+            oscillator,
+            jnp.array([1.0, 0.0]),
+            jnp.array([0.0, 3.0]),
+            solver=ds.RK4(),
+            dt=dt,
             events=event,
-        )  # fmt: skip
+        )
         errors.append(abs(float(sol.event_time) - math.pi / 2))
     assert errors[0] < 1e-5  # dt = 0.1: the step end would be off by up to 0.1
     assert 12 < errors[0] / errors[1] < 20  # fourth order
@@ -145,8 +149,9 @@ def test_terminal_events_under_vmap_stop_members_at_their_own_times(name):
     heights = jnp.array([0.5, 2.0, 20.0, 100.0])  # the last one does not land before t = 4
 
     def run(h):
-        return ds.simulate(BALL, jnp.stack([h, 0.0]), TS, events=LANDING, throw=False,
-                           **SOLVERS[name])  # fmt: skip
+        return ds.simulate(
+            BALL, jnp.stack([h, 0.0]), TS, events=LANDING, throw=False, **SOLVERS[name]
+        )
 
     batch = jax.jit(jax.vmap(run))(heights)
     landing = np.sqrt(2 * np.asarray(heights) / G)
@@ -166,8 +171,7 @@ def test_earliest_event_wins_and_ties_go_in_order():
     high = ds.Event(lambda t, y: y[0] - 1.5, direction=-1)
     low = ds.Event(lambda t, y: y[0] - 0.5, direction=-1)
     for events, first in (((low, high), 1), ((high, low), 0)):
-        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), dt=0.01,
-                          events=events)  # fmt: skip
+        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), dt=0.01, events=events)
         counts = [int(c) for c in sol.event_count]
         assert counts[first] == 1 and counts[1 - first] == 0
         assert float(sol.event_time[first]) == pytest.approx(math.sqrt(2 * 0.5 / G), abs=1e-12)
@@ -199,8 +203,9 @@ def test_more_resets_than_max_events_is_an_error(name):
     # run to t = 4 needs more than any max_events.
     with pytest.raises(ds.SimulationError, match="max_events"):
         ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(0.5), **SOLVERS[name])
-    sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(0.5), throw=False,
-                      **SOLVERS[name])  # fmt: skip
+    sol = ds.simulate(
+        BALL, jnp.array([DROP, 0.0]), TS, events=_bouncing(0.5), throw=False, **SOLVERS[name]
+    )
     assert int(sol.result) == ds.RESULTS.event_limit_reached
     assert int(sol.event_count) == 8
     assert bool(jnp.all(jnp.isfinite(sol.event_time)))
@@ -213,8 +218,9 @@ def test_event_inside_jit_and_with_a_closed_over_parameter():
     @jax.jit
     def impact(level):
         event = ds.Event(lambda t, y: y[0] - level, direction=-1)
-        sol = ds.simulate(BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), steps_per_save=50,
-                          events=event)  # fmt: skip
+        sol = ds.simulate(
+            BALL, jnp.array([DROP, 0.0]), ts, solver=ds.RK4(), steps_per_save=50, events=event
+        )
         return sol.event_time
 
     level = 0.5
@@ -253,5 +259,12 @@ def test_bad_events_are_refused_with_a_reason():
     from models.stochastic import OrnsteinUhlenbeck
 
     with pytest.raises(NotImplementedError, match="ds.iterate"):
-        ds.simulate(OrnsteinUhlenbeck(), jnp.zeros(1), ts, solver=ds.EulerMaruyama(), dt=0.1,
-                    key=jax.random.key(0), events=ds.Event(_height))  # fmt: skip
+        ds.simulate(
+            OrnsteinUhlenbeck(),
+            jnp.zeros(1),
+            ts,
+            solver=ds.EulerMaruyama(),
+            dt=0.1,
+            key=jax.random.key(0),
+            events=ds.Event(_height),
+        )

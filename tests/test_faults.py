@@ -111,8 +111,9 @@ def test_a_manifest_listing_a_folder_is_refused(paper):
 def test_a_reference_with_a_non_boolean_quick_is_no_reference(paper, tmp_path):
     experiments, out = paper
     _tamper(out, lambda m: m.update(quick="no"))  # once read as True
-    (outcome,) = ds.reproduce(experiments=experiments, check=out, out=tmp_path / "o",
-                              progress=False)  # fmt: skip
+    (outcome,) = ds.reproduce(
+        experiments=experiments, check=out, out=tmp_path / "o", progress=False
+    )
     assert outcome.status == "no reference" and "its 'quick' is 'no', not true or false" in (
         outcome.error
     )
@@ -138,19 +139,26 @@ def test_output_folders_that_cannot_be_used(paper, tmp_path):
 @pytest.mark.parametrize(
     "body, message",
     [
-        ('(Path(out_dir) / "a.csv").write_text("x")\n'
-         '    return {"files": ["./a.csv", "a.csv"], "config": {}}', None),  # one file, two names
+        (
+            '(Path(out_dir) / "a.csv").write_text("x")\n'
+            '    return {"files": ["./a.csv", "a.csv"], "config": {}}',
+            None,
+        ),  # one file, two names
         ('return {"files": "a.csv", "config": {}}', "'files' must be a list of the names"),
-        ('(Path(out_dir) / "a.csv").write_text("x")\n'
-         '    return {"files": {"a.csv": 1}, "config": {}}', "'files' must be a list"),
-        ('(Path(out_dir) / "d").mkdir()\n    return {"files": ["d"], "config": {}}',
-         "listed 'd', which is a folder"),
+        (
+            '(Path(out_dir) / "a.csv").write_text("x")\n'
+            '    return {"files": {"a.csv": 1}, "config": {}}',
+            "'files' must be a list",
+        ),
+        (
+            '(Path(out_dir) / "d").mkdir()\n    return {"files": ["d"], "config": {}}',
+            "listed 'd', which is a folder",
+        ),
         ("import sys\n    sys.exit(0)", r"run\(\) called sys.exit\(0\) instead of returning"),
-        ('return {"files": [], "config": {"solver": object()}}',
-         "'config' must hold JSON values"),
+        ('return {"files": [], "config": {"solver": object()}}', "'config' must hold JSON values"),
     ],
     ids=["dot-name", "files-a-string", "files-a-dict", "a-folder", "sys-exit", "config-object"],
-)  # fmt: skip
+)
 def test_experiments_that_break_the_contract_are_told_how(tmp_path, body, message):
     path = tmp_path / "broken.py"
     path.write_text(f"from pathlib import Path\n\n\ndef run(out_dir, quick=False):\n    {body}\n")
@@ -176,8 +184,9 @@ SWEEP_TS = np.linspace(0.0, 1.0, 6)
 
 
 def _small_sweep(store):
-    return ds.sweep(models.DampedPendulum(), AXES, jnp.array([1.0, 0.0]), SWEEP_TS, **SWEEP,
-                    store=store)  # fmt: skip
+    return ds.sweep(
+        models.DampedPendulum(), AXES, jnp.array([1.0, 0.0]), SWEEP_TS, **SWEEP, store=store
+    )
 
 
 def _variables_and_attrs(store):
@@ -197,8 +206,9 @@ def test_a_store_created_by_another_run_at_the_same_moment(tmp_path):
     store = str(tmp_path / "race.zarr")
     variables, attrs = _variables_and_attrs(store)
     _small_sweep(store)  # the winner: the store now exists
-    with pytest.raises(ds.SweepStoreError, match="another run created the sweep store .* at the "
-                                                 "same moment"):  # fmt: skip
+    with pytest.raises(
+        ds.SweepStoreError, match="another run created the sweep store .* at the same moment"
+    ):
         _store.create(store, variables, attrs)  # the loser's rename finds it taken
     assert [p for p in os.listdir(tmp_path) if ".creating-" in p] == []  # no folder left
 
@@ -206,8 +216,9 @@ def test_a_store_created_by_another_run_at_the_same_moment(tmp_path):
 def test_only_temporary_folders_of_dead_creators_are_removed(tmp_path):
     store = str(tmp_path / "s.zarr")
     host = socket.gethostname()
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True)  # fmt: skip
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead = Path(f"{store}.creating-{host}-{finished.stdout.strip()}")
     alive = Path(f"{store}.creating-{host}-{os.getppid()}")  # pytest's parent: alive
     other = Path(f"{store}.creating-elsewhere-{finished.stdout.strip()}")  # another host's
@@ -235,8 +246,11 @@ def test_a_store_removed_while_the_sweep_runs(tmp_path, monkeypatch, what):
     store = str(tmp_path / "gone.zarr")
     target = {"store": "", "variable": "max_abs", "progress": "progress"}[what]
     _fail_at_second_chunk(monkeypatch, lambda path: shutil.rmtree(os.path.join(path, target)))
-    with pytest.raises(ds.SweepStoreError, match=r"failed while writing chunk 1 .*removed or "
-                                                 "replaced while in use"):  # fmt: skip
+    with pytest.raises(
+        ds.SweepStoreError,
+        match=r"failed while writing chunk 1 .*removed or "
+        "replaced while in use",
+    ):
         _small_sweep(store)
 
 
@@ -280,8 +294,9 @@ def test_store_paths_as_users_write_them(tmp_path, monkeypatch):
 def _small_disk(folder: Path, size: str):
     """A tmpfs of `size` mounted at `folder` (skip the test where mounting is not allowed)."""
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                              str(folder)], capture_output=True)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
     try:
@@ -297,13 +312,18 @@ def test_a_full_disk_is_reported_and_the_sweep_resumes_after(tmp_path):
     full = ds.sweep(models.DampedPendulum(), lengths, jnp.array([1.0, 0.0]), ts, **options)
     with _small_disk(tmp_path / "disk", "320k") as disk:
         store = str(disk / "full.zarr")
-        with pytest.raises(ds.SweepStoreError, match=r"No space left on device.*free space .*"
-                                                     "resumes from the chunks"):  # fmt: skip
-            ds.sweep(models.DampedPendulum(), lengths, jnp.array([1.0, 0.0]), ts, **options,
-                     store=store)  # fmt: skip
+        with pytest.raises(
+            ds.SweepStoreError,
+            match=r"No space left on device.*free space .*"
+            "resumes from the chunks",
+        ):
+            ds.sweep(
+                models.DampedPendulum(), lengths, jnp.array([1.0, 0.0]), ts, **options, store=store
+            )
         subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
-        resumed = ds.sweep(models.DampedPendulum(), lengths, jnp.array([1.0, 0.0]), ts,
-                           **options, store=store)  # fmt: skip
+        resumed = ds.sweep(
+            models.DampedPendulum(), lengths, jnp.array([1.0, 0.0]), ts, **options, store=store
+        )
         np.testing.assert_array_equal(resumed["y"].values, full["y"].values)
 
 
@@ -345,9 +365,15 @@ def test_read_only_folders_are_refused_before_any_work(tmp_path, paper):
 
 
 def _sweep_config(tmp_path, text=None, **keys) -> Path:
-    base = {"model": '"DampedPendulum"', "y0": "[1.0, 0.0]",
-            "ts": "{ start = 0.0, stop = 1.0, num = 6 }", "solver": '"RK4"', "dt": "0.1",
-            "reduce": '"max_abs"', "store": json.dumps(str(tmp_path / "s.zarr"))}  # fmt: skip
+    base = {
+        "model": '"DampedPendulum"',
+        "y0": "[1.0, 0.0]",
+        "ts": "{ start = 0.0, stop = 1.0, num = 6 }",
+        "solver": '"RK4"',
+        "dt": "0.1",
+        "reduce": '"max_abs"',
+        "store": json.dumps(str(tmp_path / "s.zarr")),
+    }
     base.update(keys)
     lines = [f"{k} = {v}" for k, v in base.items() if v is not None]
     path = tmp_path / "sweep.toml"
@@ -359,43 +385,107 @@ def _sweep_config(tmp_path, text=None, **keys) -> Path:
 
 SWEEP_CONFIGS = [
     ("axes a list", dict(axes="[1, 2]"), None, "axes must be a table"),
-    ("num negative", {}, "[axes]\nlength = { start = 1.0, stop = 2.0, num = -3 }\n",
-     "length: num must be an integer >= 1, got -3"),
-    ("log from zero", {}, "[axes]\nlength = { start = 0.0, stop = 2.0, num = 3, log = true }\n",
-     "length: a log range needs start and stop > 0"),
-    ("axis of text", {}, '[axes]\nlength = ["a", "b"]\n',
-     "length: expected a non-empty list of numbers"),
-    ("ts start as text", dict(ts='{ start = "zero", stop = 1.0, num = 5 }'), None,
-     "ts: start must be a finite number, got 'zero'"),
-    ("ts num a float", dict(ts="{ start = 0.0, stop = 1.0, num = 5.7 }"), None,
-     "ts: num must be an integer >= 1, got 5.7"),
+    (
+        "num negative",
+        {},
+        "[axes]\nlength = { start = 1.0, stop = 2.0, num = -3 }\n",
+        "length: num must be an integer >= 1, got -3",
+    ),
+    (
+        "log from zero",
+        {},
+        "[axes]\nlength = { start = 0.0, stop = 2.0, num = 3, log = true }\n",
+        "length: a log range needs start and stop > 0",
+    ),
+    (
+        "axis of text",
+        {},
+        '[axes]\nlength = ["a", "b"]\n',
+        "length: expected a non-empty list of numbers",
+    ),
+    (
+        "ts start as text",
+        dict(ts='{ start = "zero", stop = 1.0, num = 5 }'),
+        None,
+        "ts: start must be a finite number, got 'zero'",
+    ),
+    (
+        "ts num a float",
+        dict(ts="{ start = 0.0, stop = 1.0, num = 5.7 }"),
+        None,
+        "ts: num must be an integer >= 1, got 5.7",
+    ),
     ("dt as text", dict(dt='"0.05"'), None, "dt must be a number, got '0.05'"),
-    ("max_steps with a fixed step", dict(max_steps="3"), None,
-     "max_steps bounds the steps of an adaptive solver; RK4 takes a fixed step"),
-    ("max_steps beyond int32", dict(solver='"Tsit5"', dt=None, max_steps=str(2**31)), None,
-     r"max_steps must be at most 2\*\*31 - 1"),
-    ("halton skip negative", {}, '[samples]\nmethod = "halton"\nn = 4\nskip = -3\n'
-     "bounds = { length = [0.5, 2.0] }\n", "skip must be >= 0"),
-    ("halton with a seed", {}, '[samples]\nmethod = "halton"\nn = 4\nseed = 3\n'
-     "bounds = { length = [0.5, 2.0] }\n", "seed applies to latin_hypercube"),
-    ("samples log as text", {}, '[samples]\nn = 4\nlog = "length"\n'
-     "bounds = { length = [0.5, 2.0] }\n", r"\[samples\]: log must be a list of strings"),
+    (
+        "max_steps with a fixed step",
+        dict(max_steps="3"),
+        None,
+        "max_steps bounds the steps of an adaptive solver; RK4 takes a fixed step",
+    ),
+    (
+        "max_steps beyond int32",
+        dict(solver='"Tsit5"', dt=None, max_steps=str(2**31)),
+        None,
+        r"max_steps must be at most 2\*\*31 - 1",
+    ),
+    (
+        "halton skip negative",
+        {},
+        '[samples]\nmethod = "halton"\nn = 4\nskip = -3\nbounds = { length = [0.5, 2.0] }\n',
+        "skip must be >= 0",
+    ),
+    (
+        "halton with a seed",
+        {},
+        '[samples]\nmethod = "halton"\nn = 4\nseed = 3\nbounds = { length = [0.5, 2.0] }\n',
+        "seed applies to latin_hypercube",
+    ),
+    (
+        "samples log as text",
+        {},
+        '[samples]\nn = 4\nlog = "length"\nbounds = { length = [0.5, 2.0] }\n',
+        r"\[samples\]: log must be a list of strings",
+    ),
     ("samples without bounds", {}, "[samples]\nn = 4\n", r"\[samples\] needs bounds"),
-    ("samples seed as text", {}, '[samples]\nn = 4\nseed = "x"\nbounds = { length = [0.5, 2.0] }\n',
-     r"\[samples\]: seed must be an integer"),
-    ("solver option as text", dict(solver='{ name = "Tsit5", rtol = "tight" }', dt=None), None,
-     r"solver Tsit5: Tsit5\(rtol=...\): expected a real number"),
-    ("unknown solver option", dict(solver='{ name = "Tsit5", tol = 1e-6 }', dt=None), None,
-     r"solver Tsit5 has no option\(s\) \['tol'\]; its options: \['rtol', 'atol', 'dtmin'\]"),
-    ("unknown parameter", dict(parameters="{ lenght = 1.0 }"), None,
-     r"DampedPendulum has no parameter\(s\) \['lenght'\]; its parameters: \['length'"),
-    ("parameter as text", dict(parameters='{ gravity = "9.81" }'), None,
-     r"DampedPendulum\(gravity=...\): expected a real number"),
-    ("a key under [axes]", dict(dt=None), "[axes]\nlength = [1.0, 2.0]\ndt = 0.1\n",
-     r"\[axes\] holds 'dt', a top-level key: .*move dt = ... above \[axes\]"),
+    (
+        "samples seed as text",
+        {},
+        '[samples]\nn = 4\nseed = "x"\nbounds = { length = [0.5, 2.0] }\n',
+        r"\[samples\]: seed must be an integer",
+    ),
+    (
+        "solver option as text",
+        dict(solver='{ name = "Tsit5", rtol = "tight" }', dt=None),
+        None,
+        r"solver Tsit5: Tsit5\(rtol=...\): expected a real number",
+    ),
+    (
+        "unknown solver option",
+        dict(solver='{ name = "Tsit5", tol = 1e-6 }', dt=None),
+        None,
+        r"solver Tsit5 has no option\(s\) \['tol'\]; its options: \['rtol', 'atol', 'dtmin'\]",
+    ),
+    (
+        "unknown parameter",
+        dict(parameters="{ lenght = 1.0 }"),
+        None,
+        r"DampedPendulum has no parameter\(s\) \['lenght'\]; its parameters: \['length'",
+    ),
+    (
+        "parameter as text",
+        dict(parameters='{ gravity = "9.81" }'),
+        None,
+        r"DampedPendulum\(gravity=...\): expected a real number",
+    ),
+    (
+        "a key under [axes]",
+        dict(dt=None),
+        "[axes]\nlength = [1.0, 2.0]\ndt = 0.1\n",
+        r"\[axes\] holds 'dt', a top-level key: .*move dt = ... above \[axes\]",
+    ),
     ("store empty", dict(store='""'), None, "store: store is an empty path"),
     ("store a number", dict(store="5"), None, "store must be a string, got 5"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("keys, text, message", named_cases(SWEEP_CONFIGS))
@@ -421,10 +511,17 @@ def test_sweep_command_line_store_options(tmp_path):
 
 
 def _fit_config(tmp_path, data: str | None = None, **keys) -> Path:
-    base = {"model": '"LotkaVolterra"', "y0": "[30.0, 4.0]",
-            "data": json.dumps(data or LYNX_HARE.as_posix()), "time": '"year"',
-            "fit": '["alpha"]', "solver": '"RK4"', "dt": "0.05", "loss": '"log"',
-            "out": json.dumps(str(tmp_path / "fit"))}  # fmt: skip
+    base = {
+        "model": '"LotkaVolterra"',
+        "y0": "[30.0, 4.0]",
+        "data": json.dumps(data or LYNX_HARE.as_posix()),
+        "time": '"year"',
+        "fit": '["alpha"]',
+        "solver": '"RK4"',
+        "dt": "0.05",
+        "loss": '"log"',
+        "out": json.dumps(str(tmp_path / "fit")),
+    }
     base.update(keys)
     path = tmp_path / "fit.toml"
     path.write_text("".join(f"{k} = {v}\n" for k, v in base.items() if v is not None))
@@ -439,28 +536,60 @@ def _csv(tmp_path, text) -> str:
 
 FIT_CONFIGS = [
     ("bounds a list", dict(bounds="[0.0, 1.0]"), None, "bounds must be a table, got"),
-    ("bounds of one value", dict(bounds="{ alpha = [0.0] }"), None,
-     r"bounds.alpha must be \[lower, upper\]"),
+    (
+        "bounds of one value",
+        dict(bounds="{ alpha = [0.0] }"),
+        None,
+        r"bounds.alpha must be \[lower, upper\]",
+    ),
     ("columns as text", dict(columns='"hare"'), None, "columns must be a list of strings"),
-    ("time among columns", dict(columns='["year", "hare"]'), None,
-     "the time column 'year' is also listed among columns"),
-    ("observe beyond the state", dict(observe="[0, 5]"), None,
-     r"observe lists \[5\], outside the state's 2 components"),
+    (
+        "time among columns",
+        dict(columns='["year", "hare"]'),
+        None,
+        "the time column 'year' is also listed among columns",
+    ),
+    (
+        "observe beyond the state",
+        dict(observe="[0, 5]"),
+        None,
+        r"observe lists \[5\], outside the state's 2 components",
+    ),
     ("observe as text", dict(observe='"hare"'), None, "observe must be a list of numbers"),
     ("segments as text", dict(segments='"2"'), None, "segments must be an integer"),
     ("data a folder", {}, "FOLDER", "is a folder .*name the CSV file of the observations"),
-    ("a formula cell", {}, "year,hare,lynx\n1900,30,4\n1901,=1+2,6\n",
-     r"line 3, column 'hare': '=1\+2' is not a number"),
-    ("a comment mark in a cell", {}, "year,hare,lynx\n1900,30,4\n1901,1#2,6\n",
-     r"line 3, column 'hare': '1#2' is not a number"),
-    ("a ragged row", {}, "year,hare,lynx\n1900,30,4\n1901,47\n",
-     "line 3: 2 cells, but the header names 3 columns"),
-    ("an empty column", {}, "year,hare,lynx\n1900,30,\n1901,47,\n",
-     r"column\(s\) \['lynx'\] hold no values"),
-    ("dates as times", {}, "year,hare,lynx\n1900-06-01,30,4\n1901-06-01,47,6\n",
-     r"line 2, column 'year': '1900-06-01'.*convert dates to numbers"),
+    (
+        "a formula cell",
+        {},
+        "year,hare,lynx\n1900,30,4\n1901,=1+2,6\n",
+        r"line 3, column 'hare': '=1\+2' is not a number",
+    ),
+    (
+        "a comment mark in a cell",
+        {},
+        "year,hare,lynx\n1900,30,4\n1901,1#2,6\n",
+        r"line 3, column 'hare': '1#2' is not a number",
+    ),
+    (
+        "a ragged row",
+        {},
+        "year,hare,lynx\n1900,30,4\n1901,47\n",
+        "line 3: 2 cells, but the header names 3 columns",
+    ),
+    (
+        "an empty column",
+        {},
+        "year,hare,lynx\n1900,30,\n1901,47,\n",
+        r"column\(s\) \['lynx'\] hold no values",
+    ),
+    (
+        "dates as times",
+        {},
+        "year,hare,lynx\n1900-06-01,30,4\n1901-06-01,47,6\n",
+        r"line 2, column 'year': '1900-06-01'.*convert dates to numbers",
+    ),
     ("out an existing file", dict(out="FILE"), None, "is a file, not a folder: choose another out"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("keys, csv, message", named_cases(FIT_CONFIGS))
@@ -479,7 +608,7 @@ def test_bad_fit_configs(tmp_path, keys, csv, message):
 def test_fit_config_observe_lists_components(tmp_path):
     import jax
 
-    from diffsim._fit_config import fit_arguments, load
+    from diffsim._apps.fit_config import fit_arguments, load
 
     # the documented observe = [0, 1] once failed inside JAX ("non-tuple sequence")
     config = load(str(_fit_config(tmp_path, observe="[1, 0]", na_values='["n/a"]')))
@@ -493,8 +622,11 @@ def test_na_values_are_missing_with_a_warning(tmp_path):
     with pytest.warns(ds.FitWarning, match=r"2 cell\(s\) read as missing .*line 3, column 'x'"):
         data = ds.Data.from_csv(path, na_values=("n/a", "unknown"))
     assert np.isnan(data.values[1:3, 0]).all() and data.values[3, 0] == 4.0
-    with pytest.raises(ValueError, match=r"line 3, column 'x': 'n/a', line 4, column 'x': "
-                                         r"'unknown' are not a number"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"line 3, column 'x': 'n/a', line 4, column 'x': "
+        r"'unknown' are not a number",
+    ):
         ds.Data.from_csv(path)
 
 
@@ -542,8 +674,12 @@ def test_a_csv_that_is_not_utf8(tmp_path):
 
 def test_the_command_line_shows_no_traceback(tmp_path):
     config = _fit_config(tmp_path, _csv(tmp_path, "year,hare,lynx\n1900,30,4\n1901,@SUM(A1),6\n"))
-    run = subprocess.run([sys.executable, "-m", "diffsim", "fit", str(config)],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "diffsim", "fit", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "line 3, column 'hare': '@SUM(A1)' is not a number" in run.stderr
 
@@ -554,8 +690,11 @@ def test_the_command_line_shows_no_traceback(tmp_path):
 def _worker(store, *extra):
     return subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "sweep_worker.py"), store, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.slow

@@ -382,18 +382,38 @@ def test_bad_input_gets_a_clear_error(change, message):
         (lambda r: ds.profile(r, "length", level="0.9"), TypeError, "level must be a real"),
         (lambda r: ds.profile({"length": 1.0}, "length"), TypeError, "takes the ds.FitResult"),
         (lambda r: ds.refit(r, np.zeros((3, 50))), ValueError, "values must have shape"),
-        (lambda r: ds.refit(r, np.full((2, *r.data.values.shape), np.nan)), ValueError,
-         r"replicate\(s\) \[0, 1\] hold no values"),
-        (lambda r: ds.refit(r, np.full((1, *r.data.values.shape), np.inf)), ValueError,
-         "values hold inf"),
-        (lambda r: ds.refit(r, np.zeros((1, *r.data.values.shape), complex)), TypeError,
-         "values must be real numbers"),
+        (
+            lambda r: ds.refit(r, np.full((2, *r.data.values.shape), np.nan)),
+            ValueError,
+            r"replicate\(s\) \[0, 1\] hold no values",
+        ),
+        (
+            lambda r: ds.refit(r, np.full((1, *r.data.values.shape), np.inf)),
+            ValueError,
+            "values hold inf",
+        ),
+        (
+            lambda r: ds.refit(r, np.zeros((1, *r.data.values.shape), complex)),
+            TypeError,
+            "values must be real numbers",
+        ),
         (lambda r: ds.plot.fit(r, points=0), ValueError, "points must be an int >= 2"),
     ],
-    ids=["unknown", "span-0", "span-nan", "span-text", "range-number", "level-text",
-         "not-a-result", "refit-shape", "refit-all-nan", "refit-inf", "refit-complex",
-         "plot-points"],
-)  # fmt: skip
+    ids=[
+        "unknown",
+        "span-0",
+        "span-nan",
+        "span-text",
+        "range-number",
+        "level-text",
+        "not-a-result",
+        "refit-shape",
+        "refit-all-nan",
+        "refit-inf",
+        "refit-complex",
+        "plot-points",
+    ],
+)
 def test_profile_refit_and_plot_reject_bad_input(pendulum_fit, call, error, message):
     with pytest.raises(error, match=message):
         call(pendulum_fit)
@@ -403,7 +423,7 @@ def test_profile_refit_and_plot_reject_bad_input(pendulum_fit, call, error, mess
 def test_student_t_quantile_matches_scipy(dof):
     from scipy import stats
 
-    from diffsim._uncertainty import quantile
+    from diffsim._fit.uncertainty import quantile
 
     for level in (0.68, 0.95, 0.99):
         assert quantile(level, dof) == pytest.approx(stats.t.ppf(0.5 + level / 2, dof), rel=1e-9)

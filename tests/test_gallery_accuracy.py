@@ -99,8 +99,11 @@ def test_convergence_compiles_once_per_solver(convergence, caplog):
     steps = module.STEPS["kepler"][:3]
     with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
         errors = module.final_errors(ds.RK4(), model, y0, exact, steps)
-    compiles = [r for r in caplog.records
-                if "Compiling" in r.getMessage() and "_solve_fixed" in r.getMessage()]  # fmt: skip
+    compiles = [
+        r
+        for r in caplog.records
+        if "Compiling" in r.getMessage() and "_solve_fixed" in r.getMessage()
+    ]
     assert len(compiles) == 1, [r.getMessage()[:80] for r in compiles]
     slope = ds.plot.measured_order(module.T_END / np.array(steps), errors)
     # the criterion of tests/test_convergence.py (measured 4.04 on these three step counts)

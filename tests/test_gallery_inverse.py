@@ -138,8 +138,9 @@ def test_heat_prediction_is_the_model(heat):
     with xr.open_dataset(out / "heat_inverse.nc", engine="h5netcdf") as data:
         chosen = data.sel(alpha=record["chosen_alpha"])
         config = record["config"]
-        model = models.Heat1D(diffusivity=config["diffusivity"], length=config["length"],
-                              n=config["points"])  # fmt: skip
+        model = models.Heat1D(
+            diffusivity=config["diffusivity"], length=config["length"], n=config["points"]
+        )
         ts = np.r_[0.0, config["observation_times"]]
         u0 = jnp.asarray(chosen["recovered_initial"].values)
         solved = ds.simulate(model, u0, ts, solver=ds.RK4(), dt=config["dt"]).ys[1:]

@@ -48,10 +48,15 @@ def test_trajectory_and_phase_portrait_draw_the_states():
 
 def test_sweep_heatmap_shows_a_variable_over_two_axes():
     result = ds.sweep(
-        models.DampedPendulum(), {"length": np.linspace(0.5, 2.0, 4), "damping": [0.0, 0.5, 1.0]},
-        jnp.array([1.0, 0.0]), jnp.linspace(0.0, 1.0, 11), solver=ds.RK4(), dt=0.01,
-        reduce="final_state", progress=False,
-    )  # fmt: skip
+        models.DampedPendulum(),
+        {"length": np.linspace(0.5, 2.0, 4), "damping": [0.0, 0.5, 1.0]},
+        jnp.array([1.0, 0.0]),
+        jnp.linspace(0.0, 1.0, 11),
+        solver=ds.RK4(),
+        dt=0.01,
+        reduce="final_state",
+        progress=False,
+    )
     fig = ds.plot.sweep_heatmap(result, "final_state", select={"state": "angle"})
     ax = fig.axes[0]
     assert ax.get_xlabel() == "length" and ax.get_ylabel() == "damping"
@@ -83,9 +88,15 @@ def test_convergence_plot_labels_measured_and_nominal_orders():
 def test_fit_figure_is_the_fit_results_plot():
     model, sol = _pendulum_solution()
     values = np.asarray(sol.ys[:, 0]) + 0.01 * np.random.default_rng(0).standard_normal(21)
-    result = ds.fit(models.DampedPendulum(length=1.2, damping=0.2), jnp.array([1.0, 0.0]),
-                    (sol.ts, values), params=["length"], observe=lambda y: y[0],
-                    solver=ds.RK4(), dt=0.01)  # fmt: skip
+    result = ds.fit(
+        models.DampedPendulum(length=1.2, damping=0.2),
+        jnp.array([1.0, 0.0]),
+        (sol.ts, values),
+        params=["length"],
+        observe=lambda y: y[0],
+        solver=ds.RK4(),
+        dt=0.01,
+    )
     fig = ds.plot.fit(result)
     top, bottom = fig.axes
     np.testing.assert_allclose(bottom.lines[1].get_ydata(), result.residuals.ravel())

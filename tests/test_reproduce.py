@@ -105,8 +105,13 @@ def test_runs_each_experiment_with_a_manifest_and_reports_failures(first_run):
     assert manifest["git_commit"] == "none"  # the temporary folder is no git checkout
     assert manifest["dtype"] == "float32"  # this experiment does not enable float64
     assert manifest["wall_time_s"] > 0
-    assert set(manifest["files"]) == {"curve.png", "curve.pdf", "curve.nc", "curve.csv",
-                                      "summary.json"}  # fmt: skip
+    assert set(manifest["files"]) == {
+        "curve.png",
+        "curve.pdf",
+        "curve.nc",
+        "curve.csv",
+        "summary.json",
+    }
     for name, entry in manifest["files"].items():
         assert entry["sha256"] == _provenance.sha256(out / "stable" / name)
         assert entry["kind"] == ("figure" if name.endswith((".png", ".pdf")) else "data")
@@ -119,8 +124,17 @@ def test_check_finds_no_change_in_a_stable_rerun_and_names_what_changed(
 
     _, _, first = first_run
     # the rerun takes the mode (quick here) and the experiments from the reference folder
-    code = main(["reproduce", "--experiments", str(folder), "--check", str(first),
-                 "--out", str(tmp_path / "second")])  # fmt: skip
+    code = main(
+        [
+            "reproduce",
+            "--experiments",
+            str(folder),
+            "--check",
+            str(first),
+            "--out",
+            str(tmp_path / "second"),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 1
     assert "stable" in text and "same" in text
@@ -143,8 +157,7 @@ def test_check_finds_no_change_in_a_stable_rerun_and_names_what_changed(
     fewer = tmp_path / "fewer"
     shutil.copytree(folder, fewer)
     (fewer / "drifting.py").unlink()
-    outcomes = ds.reproduce(experiments=fewer, check=edited, out=tmp_path / "third",
-                            progress=False)  # fmt: skip
+    outcomes = ds.reproduce(experiments=fewer, check=edited, out=tmp_path / "third", progress=False)
     status = {o.name: o.status for o in outcomes}
     assert status == {"broken": "no reference", "drifting": "missing", "stable": "changed"}
     (line,) = next(o for o in outcomes if o.name == "stable").differences
@@ -209,7 +222,7 @@ def test_a_run_keeps_no_stale_files_and_lists_all_it_writes(tmp_path):
 
 
 def test_changed_text_and_numbers_are_told_apart(tmp_path):
-    from diffsim._reproduce import compare_files
+    from diffsim._apps.reproduce import compare_files
 
     entries = {}
     for name, text in (
@@ -218,9 +231,11 @@ def test_changed_text_and_numbers_are_told_apart(tmp_path):
     ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(text)
-        entries[name] = {"summary.json": {"sha256": _provenance.sha256(
-            tmp_path / name / "summary.json")}}  # fmt: skip
+        entries[name] = {
+            "summary.json": {"sha256": _provenance.sha256(tmp_path / name / "summary.json")}
+        }
     (line,) = compare_files(tmp_path / "old", entries["old"], tmp_path / "new", entries["new"])
     # the equal infinities are no difference; the text is named, the number measured
-    assert line == ("summary.json: data changed (text changed in solver; largest difference "
-                    "0.25 in error)")  # fmt: skip
+    assert line == (
+        "summary.json: data changed (text changed in solver; largest difference 0.25 in error)"
+    )

@@ -214,8 +214,14 @@ def test_baoab_keeps_the_boltzmann_distribution_where_euler_maruyama_overheats()
     hot = np.asarray(_final(model, ds.EulerMaruyama(), y0, 10.0, 0.1, keys))[:, 1] ** 2
     assert hot.mean() > 2 * 0.1
     with pytest.raises(TypeError, match="AbstractLangevin"):
-        ds.simulate(models.OrnsteinUhlenbeck(), jnp.zeros(1), np.array([0.0, 1.0]),
-                    solver=ds.BAOAB(), dt=0.1, key=jax.random.key(0))  # fmt: skip
+        ds.simulate(
+            models.OrnsteinUhlenbeck(),
+            jnp.zeros(1),
+            np.array([0.0, 1.0]),
+            solver=ds.BAOAB(),
+            dt=0.1,
+            key=jax.random.key(0),
+        )
 
 
 def test_kramers_rate_limits():
@@ -286,8 +292,7 @@ def test_diffrax_sde_solvers_share_the_brownian_path():
     sir = models.StochasticSIR()
     for model, y0 in ((ou, jnp.array([0.0])), (sir, jnp.array([990.0, 10.0, 0.0]))):
         ours = ds.simulate(model, y0, ts, solver=ds.EulerMaruyama(), dt=0.01, key=key)
-        theirs = ds.simulate(model, y0, ts, solver=ds.DiffraxSDE(diffrax.Euler()), dt=0.01,
-                             key=key)  # fmt: skip
+        theirs = ds.simulate(model, y0, ts, solver=ds.DiffraxSDE(diffrax.Euler()), dt=0.01, key=key)
         np.testing.assert_allclose(theirs.ys, ours.ys, rtol=1e-13, atol=1e-13)
 
 

@@ -429,7 +429,7 @@ def large_reference():
 def test_four_devices_give_the_same_store_as_one(tmp_path, small_reference):
     store = str(tmp_path / "four.zarr")
     _finish(_worker(store, "--devices", "4"))
-    assert ds._store.read_attrs(store)["device_count"] == 4
+    assert ds._sweep.store.read_attrs(store)["device_count"] == 4
     _assert_same_results(store, small_reference)
 
 
@@ -510,4 +510,4 @@ def test_distributed_initialize_outside_a_cluster_is_a_single_process(monkeypatc
     assert "process 0 of 1 (single process)" in str(layout)
     monkeypatch.setenv("SLURM_JOB_ID", "123")
     monkeypatch.setenv("SLURM_NTASKS", "4")
-    assert ds._distributed._detect_cluster() == "SLURM"
+    assert ds._sweep.distributed._detect_cluster() == "SLURM"

@@ -6,7 +6,7 @@ import time
 
 import jax
 
-from diffsim._bench import markdown_table as table  # noqa: F401  (the benchmarks' tables)
+from diffsim._apps.bench import markdown_table as table  # noqa: F401  (the benchmarks' tables)
 
 
 def compile_seconds(jitted, *args) -> tuple[float, object]:

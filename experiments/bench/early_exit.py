@@ -30,12 +30,12 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, machine_line, record, run_seconds, table  # noqa: E402
+from _timing import compile_seconds, machine_line, record, run_seconds, table
 
-import diffsim as ds  # noqa: E402
+import diffsim as ds
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-import models  # noqa: E402
+import models
 
 DIM = 16
 
@@ -136,8 +136,15 @@ def make_landing(with_event: bool, horizon: float, dt: float):
 
     def one(height):
         y0 = jnp.stack([height, jnp.zeros_like(height)])
-        sol = ds.simulate(ball, y0, ts, solver=ds.RK4(), dt=dt, throw=False,
-                          events=landing if with_event else None)  # fmt: skip
+        sol = ds.simulate(
+            ball,
+            y0,
+            ts,
+            solver=ds.RK4(),
+            dt=dt,
+            throw=False,
+            events=landing if with_event else None,
+        )
         return sol.event_time if with_event else sol.ys[-1, 0]
 
     return jax.jit(jax.vmap(one))
@@ -159,8 +166,10 @@ def events_section(members: int, quick: bool):
         "no event, to the horizon": make_landing(False, horizon, dt),
     }
     heights0 = jnp.asarray(0.5 * g * patterns[next(iter(patterns))] ** 2, jnp.float32)
-    print(f"\nterminal events: {members} falling balls, RK4 dt = {dt:g} s, horizon {horizon:g} s "
-          f"({round(horizon / dt)} steps), float32")  # fmt: skip
+    print(
+        f"\nterminal events: {members} falling balls, RK4 dt = {dt:g} s, horizon {horizon:g} s "
+        f"({round(horizon / dt)} steps), float32"
+    )
     compiled = {}
     for name, runner in runners.items():
         seconds, compiled[name] = compile_seconds(runner, heights0)

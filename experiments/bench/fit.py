@@ -29,13 +29,13 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import diffrax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optimistix as optx  # noqa: E402
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import (  # noqa: E402
+from _timing import (
     compile_seconds,
     CompileClock,
     machine_line,
@@ -44,10 +44,10 @@ from _timing import (  # noqa: E402
     table,
     targets_table,
 )
-from fixed_step import _DiffraxRK4  # noqa: E402
+from fixed_step import _DiffraxRK4
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 TS = np.linspace(0.0, 10.0, 101)
 Y0 = np.array([1.0, 0.0])

@@ -28,8 +28,8 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-import _torch_peers  # noqa: E402
-from _timing import (  # noqa: E402
+import _torch_peers
+from _timing import (
     fresh_compile_seconds,
     machine_line,
     record,
@@ -37,8 +37,8 @@ from _timing import (  # noqa: E402
     targets_table,
 )
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 GRAVITY = 9.81
 T1 = 10.0
@@ -170,8 +170,9 @@ def make_leapfrog_diffsim(steps: int, t1: float):
     ts = jnp.array([0.0, t1], jnp.float32)
 
     def one(y0):
-        return ds.simulate(models.Kepler(), y0, ts, solver=ds.Leapfrog(), dt=t1 / steps,
-                           throw=False).ys[-1]  # fmt: skip
+        return ds.simulate(
+            models.Kepler(), y0, ts, solver=ds.Leapfrog(), dt=t1 / steps, throw=False
+        ).ys[-1]
 
     return jax.jit(jax.vmap(one))
 
@@ -204,10 +205,14 @@ def symplectic_section(members: int, steps: int, repeats: int):
     Verlet written by hand; both evaluate the force once per step."""
     t1 = 2 * np.pi  # one orbit
     _, y0 = _kepler_ensemble(members)
-    print(f"\n# Symplectic: Leapfrog, Kepler ensemble, {members:,} orbits x {steps:,} steps, "
-          "float32\n")  # fmt: skip
-    peers = {"diffsim Leapfrog": make_leapfrog_diffsim, "hand-written velocity Verlet":
-             make_leapfrog_hand}  # fmt: skip
+    print(
+        f"\n# Symplectic: Leapfrog, Kepler ensemble, {members:,} orbits x {steps:,} steps, "
+        "float32\n"
+    )
+    peers = {
+        "diffsim Leapfrog": make_leapfrog_diffsim,
+        "hand-written velocity Verlet": make_leapfrog_hand,
+    }
     compiled, compile_s, run_s = {}, {}, {}
     for name, make in peers.items():
         compile_s[name], compiled[name] = fresh_compile_seconds(make(steps, t1), y0)
@@ -219,14 +224,31 @@ def symplectic_section(members: int, steps: int, repeats: int):
             jax.block_until_ready(fn(y0))
             times.append(time.perf_counter() - start)
         run_s[name] = statistics.median(times)
-        record("Kepler Leapfrog", name, members=members, steps=steps, compile_s=compile_s[name],
-               run_s=run_s[name])  # fmt: skip
+        record(
+            "Kepler Leapfrog",
+            name,
+            members=members,
+            steps=steps,
+            compile_s=compile_s[name],
+            run_s=run_s[name],
+        )
     ours = run_s["diffsim Leapfrog"]
     finals = [np.asarray(fn(y0)) for fn in compiled.values()]
     difference = float(np.max(np.abs(finals[0] - finals[1])))
-    print(table([[name, f"{compile_s[name]:.3f}", f"{run_s[name] * 1e3:.1f}",
-                  f"{run_s[name] / ours:.2f}"] for name in compiled],
-                ["method", "compile s", "run ms", "run / diffsim"]))  # fmt: skip
+    print(
+        table(
+            [
+                [
+                    name,
+                    f"{compile_s[name]:.3f}",
+                    f"{run_s[name] * 1e3:.1f}",
+                    f"{run_s[name] / ours:.2f}",
+                ]
+                for name in compiled
+            ],
+            ["method", "compile s", "run ms", "run / diffsim"],
+        )
+    )
     print(f"\nmax |final - hand| = {difference:.1e}")
     hand = run_s["hand-written velocity Verlet"]
     return ("Leapfrog: run <= 1.1x hand-written velocity Verlet", ours / hand, ours <= 1.1 * hand)
@@ -297,17 +319,28 @@ def main(argv=None):
 
     if _torch_peers.available() is None:
         out = _torch_peers.pendulum_rk4(
-            np.asarray(lengths), np.asarray(dampings), gravity=GRAVITY, t1=T1, steps=args.steps,
-            y0=Y0, repeats=max(1, args.repeats // 3),
-        )  # fmt: skip
+            np.asarray(lengths),
+            np.asarray(dampings),
+            gravity=GRAVITY,
+            t1=T1,
+            steps=args.steps,
+            y0=Y0,
+            repeats=max(1, args.repeats // 3),
+        )
         results["torchdiffeq rk4 (CPU, batched)"] = (None, out["run_s"], out["final"])
     else:
         print(f"torchdiffeq skipped: {_torch_peers.available()}")
 
     ours_compile, ours_run, ours_final = results["diffsim"]
     for name, (compile_s, run_s, _) in results.items():
-        record("pendulum fixed-step RK4", name, members=args.members, steps=args.steps,
-               compile_s=compile_s, run_s=run_s)  # fmt: skip
+        record(
+            "pendulum fixed-step RK4",
+            name,
+            members=args.members,
+            steps=args.steps,
+            compile_s=compile_s,
+            run_s=run_s,
+        )
     rows = []
     for name, (compile_s, run_s, final) in results.items():
         diff = "" if final is None else f"{np.max(np.abs(final - ours_final)):.1e}"

@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, record, run_seconds, table, targets_table  # noqa: E402
-from fixed_step import _DiffraxRK4  # noqa: E402
+from _timing import compile_seconds, record, run_seconds, table, targets_table
+from fixed_step import _DiffraxRK4
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 jax.config.update("jax_enable_x64", True)
 
@@ -181,8 +181,12 @@ def main(argv=None):
         forward, grad = t["forward"][1], t["grad"][1]
         hess = t.get("hessian", (None, None))[1]
         for transform, (compile_s, run_s) in t.items():
-            record("gradients (pendulum, float64)", f"{name}: {transform}", compile_s=compile_s,
-                   run_s=run_s)  # fmt: skip
+            record(
+                "gradients (pendulum, float64)",
+                f"{name}: {transform}",
+                compile_s=compile_s,
+                run_s=run_s,
+            )
         ratios[name] = (grad / forward, None if hess is None else hess / grad)
         rows.append(
             [
@@ -233,10 +237,21 @@ def main(argv=None):
     for name, (grad_ratio, hess_ratio) in ratios.items():
         if name.startswith("diffsim"):
             checks.append((f"{name}: grad / forward <= 4", grad_ratio, grad_ratio <= 4))
-            checks.append((f"{name}: hessian / grad <= p + 2 = {PARAMS.size + 2}", hess_ratio,
-                           hess_ratio <= PARAMS.size + 2))  # fmt: skip
-    checks.append((f"gradient memory (checkpoint='auto'), {step_counts[1]:,} -> "
-                   f"{step_counts[2]:,} steps: growth <= 4x", growth, growth <= 4))  # fmt: skip
+            checks.append(
+                (
+                    f"{name}: hessian / grad <= p + 2 = {PARAMS.size + 2}",
+                    hess_ratio,
+                    hess_ratio <= PARAMS.size + 2,
+                )
+            )
+    checks.append(
+        (
+            f"gradient memory (checkpoint='auto'), {step_counts[1]:,} -> "
+            f"{step_counts[2]:,} steps: growth <= 4x",
+            growth,
+            growth <= 4,
+        )
+    )
     print()
     print(targets_table(checks))
 

@@ -38,12 +38,12 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, os.path.dirname(__file__))
-import _torch_peers  # noqa: E402
-from _timing import compile_seconds, machine_line, record, table, targets_table  # noqa: E402
-from fixed_step import _DiffraxRK4  # noqa: E402
+import _torch_peers
+from _timing import compile_seconds, machine_line, record, table, targets_table
+from fixed_step import _DiffraxRK4
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 SIGMA, BETA = 10.0, 8.0 / 3.0
 T1 = 1.0

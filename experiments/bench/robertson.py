@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import compile_seconds, machine_line, record, table, targets_table  # noqa: E402
+from _timing import compile_seconds, machine_line, record, table, targets_table
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 jax.config.update("jax_enable_x64", True)
 
@@ -71,10 +71,16 @@ def make_diffrax(inline_constants: bool):
                 return model.vector_field(t, y)
 
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), diffrax.Kvaerno5(), t0=0.0, t1=T1, dt0=None,
-            y0=jnp.array([1.0, 0.0, 0.0]), saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL), throw=False,
-        )  # fmt: skip
+            diffrax.ODETerm(field),
+            diffrax.Kvaerno5(),
+            t0=0.0,
+            t1=T1,
+            dt0=None,
+            y0=jnp.array([1.0, 0.0, 0.0]),
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+            throw=False,
+        )
         return sol.ys[-1], sol.stats["num_accepted_steps"]
 
     return jax.jit(jax.vmap(one))

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import (  # noqa: E402
+from _timing import (
     CompileClock,
     fresh_compile_seconds,
     machine_line,
@@ -36,10 +36,10 @@ from _timing import (  # noqa: E402
     table,
     targets_table,
 )
-from fixed_step import GRAVITY, make_diffrax, make_hand_scan, T1, Y0  # noqa: E402
+from fixed_step import GRAVITY, make_diffrax, make_hand_scan, T1, Y0
 
-import diffsim as ds  # noqa: E402
-import models  # noqa: E402
+import diffsim as ds
+import models
 
 
 def grid(n_lengths: int, n_dampings: int):
@@ -124,8 +124,14 @@ def main(argv=None):
         run = statistics.median(t - c for t, c in runs)
         summary[name] = (total, comp, run)
     for name, (total, comp, run) in summary.items():
-        record("sweep (pendulum grid, RK4)", name, members=members, compile_s=comp, run_s=run,
-               total_s=total)  # fmt: skip
+        record(
+            "sweep (pendulum grid, RK4)",
+            name,
+            members=members,
+            compile_s=comp,
+            run_s=run,
+            total_s=total,
+        )
     ours = summary["ds.sweep + zarr store"]
     reference = finals["hand-written jit(vmap(scan))"]
     rows = [

@@ -1,0 +1,860 @@
+"""`ds.fit`: fit model parameters and initial states to observations."""
+
+import dataclasses
+import math
+import time
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._events import as_events, Event
+from .._model import AbstractODE
+from .._solver.adaptive import Tsit5
+from .._solver.base import AbstractFixedStepSolver, AbstractSolver
+from .._validate import (
+    as_state,
+    as_state_leaf,
+    check_key,
+    check_real,
+    check_static_count,
+    probe_indices,
+)
+from . import optimize as opt
+from .data import as_data, Data, FitWarning
+from .problem import (
+    batchable_windows,
+    kind_of,
+    Layout,
+    parameter_bounds,
+    Problem,
+    windows,
+)
+from .result import FitResult
+from .uncertainty import analyse
+
+LOSSES = ("squared", "log")
+
+
+def fit(
+    model: AbstractODE,
+    y0,
+    data,
+    *,
+    params=None,
+    initial_state=False,
+    observe=None,
+    solver: AbstractSolver | None = None,
+    dt: float | None = None,
+    method="lm",
+    loss: str = "squared",
+    segments: int = 1,
+    starts: int = 1,
+    bounds: dict | None = None,
+    noise=None,
+    weights=None,
+    t0: float | None = None,
+    key=None,
+    max_iterations: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    continuity_weight: float = 10.0,
+    level: float = 0.95,
+    max_steps: int = 100_000,
+    events=None,
+) -> FitResult:
+    """Fit parameters and/or initial-state components of `model` to `data`.
+
+    **Arguments:**
+
+    - `model`: the model with initial guesses in the fitted fields (the others stay fixed).
+    - `y0`: initial state at `t0`: the guess for the fitted components, fixed elsewhere; an array.
+    - `data`: a `ds.Data`, a `(ts, values)` tuple (`values` of shape `(times,)` or
+      `(times, observables)`, NaN = missing), a CSV path (first column the time), a pandas
+      DataFrame (the index is the time) or an xarray object.
+    - `params`: the fitted model fields: a name, a list of names, a dict name → `(lower, upper)`
+      bounds, or a function `(name, value) -> bool` selecting among the floating fields.
+    - `initial_state`: fit all (`True`), none (`False`) or the listed components (indices into
+      the flattened state, or state names such as `"prey"`) of `y0`.
+    - `observe`: `observe(y) -> observable` maps one state to what is measured (default: the
+      whole state); applied at each data time. E.g. `lambda y: y[0]` for the angle only.
+    - `solver`, `dt`, `max_steps`: as for `ds.simulate` (default `ds.Tsit5(rtol=1e-8,
+      atol=1e-8)`).
+    - `events`: events with resets (impacts, switches) as for `ds.simulate`, or a function
+      `model -> events` when they depend on fitted parameters (e.g. a restitution
+      coefficient: `events=lambda m: m.impacts(max_events=20)`). Derivatives flow through the
+      event times. Terminal events are refused: data after the stop would be unexplained.
+    - `method`: `"lm"` (`optimistix.LevenbergMarquardt`, default), `"gauss-newton"`,
+      `"bfgs"` (minimises the loss), or an optax `GradientTransformation` run for
+      `max_iterations` steps (default 256 for optimistix, 2000 for optax).
+    - `loss`: `"squared"` (residuals `(model − data)`) or `"log"` (residuals of logarithms, for
+      positive data with multiplicative noise such as populations).
+    - `segments`: multiple shooting: the time span is cut into this many windows whose initial
+      states are extra unknowns, with the continuity defects among the residuals (divided by
+      the data's typical noise when `noise` is given, else in the data's own units, and
+      multiplied by `continuity_weight`); the result is then refined by single
+      shooting, so the reported fit is continuous and its covariance is that of the model.
+    - `starts`: fit from this many initial guesses at once (`vmap`): the given guess and
+      `starts − 1` drawn with `key` (log-uniform within a factor of 10 for positive parameters,
+      uniform within two-sided bounds, ±max(|guess|, 1) otherwise); the lowest loss is kept.
+    - `bounds`: dict name → `(lower, upper)` (`None` for an open side) for parameters and
+      initial-state components (`"y0[prey]"`); the optimiser works through log / logit
+      transforms, so bounds hold strictly. Parameters declared `positive` / `nonnegative` get
+      `(0, None)` by default.
+    - `noise` / `weights`: the data's noise standard deviation (absolute: the covariance is not
+      rescaled) or relative weights (the noise is estimated from the residuals); override those
+      of a `ds.Data`.
+    - `t0`: the time of `y0` (default: the first data time).
+    - `rtol`, `atol`: the optimiser's convergence tolerances (on the step and the loss);
+      default 1e-8 and 1e-10 in float64, 1e-5 and 1e-7 in float32 (what its precision can
+      resolve).
+    - `level`: the confidence level of the reported intervals.
+
+    **Returns:** a `ds.FitResult` (see its documentation): `.model`, `.y0`, `.params`,
+    `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
+    """
+    start_time = time.perf_counter()
+    if key is not None:
+        check_key("key", key)
+    setup = _setup(
+        model,
+        y0,
+        data,
+        params,
+        initial_state,
+        observe,
+        solver,
+        dt,
+        method,
+        loss,
+        segments,
+        starts,
+        bounds,
+        noise,
+        weights,
+        t0,
+        max_iterations,
+        rtol,
+        atol,
+        continuity_weight,
+        level,
+        max_steps,
+        events=events,
+    )
+    problem, optimizer = setup["problem"], setup["optimizer"]
+    p0s = _start_points(problem, setup["guess"], starts, key)
+    solves = 0
+    shooting = None
+    if segments > 1:
+        shooting_problem = _shooting_problem(problem, segments, continuity_weight)
+        shooting_optimizer = _with_jac(optimizer, shooting_problem)
+        shooting_problem = dataclasses.replace(
+            shooting_problem,
+            forward_only=problem.forward_only and shooting_optimizer.jac == "fwd",
+        )
+        nodes = _initial_nodes(problem, shooting_problem, setup["guess"])
+        stage, p_stage = _run(
+            shooting_problem,
+            jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
+            shooting_optimizer,
+        )
+        _check_guess(stage, problem)
+        solves += int(jnp.sum(stage.evaluations)) * len(shooting_problem.windows)
+        defects = _defects(shooting_problem, p_stage)
+        best_stage = _best(stage)
+        shooting = dict(
+            segments=segments,
+            iterations=int(stage.steps[best_stage]),
+            loss=float(stage.loss[best_stage]),
+            converged=bool(stage.code[best_stage] == opt.CONVERGED),
+            max_defect=float(defects[best_stage]),
+        )
+        p0s = p_stage[:, : problem.layout.size]
+    final, p_final = _run(problem, p0s, optimizer)
+    if shooting is None:
+        _check_guess(final, problem)
+    solves += int(jnp.sum(final.evaluations))
+    best = _best(final)
+    result = _result(problem, final, p_final, best, setup, shooting, solves, start_time)
+    for note in result.warnings:
+        warnings.warn(note, FitWarning, stacklevel=2)
+    return result
+
+
+# --- setup: validate and assemble the problem ---------------------------------------------------
+
+
+def _checked_events(events, model):
+    """`events` (or `events(model)`) checked: ds.Event(s) without terminal ones."""
+    if events is None:
+        return None
+    resolved = events
+    if callable(events) and not isinstance(events, Event):
+        import inspect
+
+        try:
+            takes_one = len(inspect.signature(events).parameters) == 1
+        except (TypeError, ValueError):
+            takes_one = True
+        if not takes_one:
+            raise TypeError(
+                "ds.fit: events as a function must map the model to its events "
+                "(events=lambda m: m.impacts()); for a condition (t, y) -> value, pass "
+                "events=ds.Event(condition, ...)"
+            )
+        resolved = events(model)
+        if resolved is None:
+            raise TypeError(
+                "ds.fit: the events function returned None; it must return a ds.Event or a "
+                "tuple of them"
+            )
+    for event in as_events(resolved):
+        if event.terminal:
+            raise ValueError(
+                "ds.fit: a terminal event stops the trajectory, leaving later data unexplained; "
+                "fit with events that reset (terminal=False) or end the data at the event"
+            )
+    return events
+
+
+def _setup(
+    model,
+    y0,
+    data,
+    params,
+    initial_state,
+    observe,
+    solver,
+    dt,
+    method,
+    loss,
+    segments,
+    starts,
+    bounds,
+    noise,
+    weights,
+    t0,
+    max_iterations,
+    rtol,
+    atol,
+    continuity_weight,
+    level,
+    max_steps,
+    *,
+    events=None,
+) -> dict:
+    if not isinstance(model, AbstractODE):
+        raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(model)}")
+    solver = Tsit5(rtol=1e-8, atol=1e-8) if solver is None else solver
+    if not isinstance(solver, AbstractSolver):
+        raise TypeError(f"solver must be a diffsim solver such as ds.RK4(), got {solver!r}")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    check_static_count("segments", segments)
+    check_static_count("starts", starts)
+    check_static_count("max_steps", max_steps)
+    if not 0 < check_real("level", level) < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    check_real("continuity_weight", continuity_weight, positive=True)
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None:
+            check_real(name, value, nonnegative=True)
+    if rtol is not None and atol is not None and rtol == 0 and atol == 0:
+        raise ValueError("rtol and atol cannot both be 0: the fit could never converge")
+    if t0 is not None:
+        check_real("t0", t0)
+    data = as_data(data, noise, weights)
+    y0 = as_state(y0)
+    if isinstance(y0, (tuple, dict)) or isinstance(y0, eqx.Module):
+        raise TypeError(
+            f"ds.fit takes the initial state as one array, got a {type(y0).__name__}; stack "
+            "its components (jnp.concatenate or ds.join_pair for (q, v))"
+        )
+    y0 = jnp.asarray(as_state_leaf(y0))
+    if jnp.issubdtype(y0.dtype, jnp.complexfloating):
+        raise TypeError("y0 is complex: ds.fit fits real states and parameters")
+    if y0.dtype == jnp.float16 or y0.dtype == jnp.bfloat16:
+        raise TypeError(
+            f"y0 is {y0.dtype}: ds.fit computes covariances, which need float32 or float64"
+        )
+    if not np.all(np.isfinite(np.asarray(y0))):
+        raise ValueError("y0 holds NaN or inf; give a finite initial state (or guess)")
+    dtype = y0.dtype
+    flat_y0 = y0.ravel()
+    state_labels = _state_labels(model, y0)
+
+    fields, guesses, names, kinds, lows, highs = [], [], [], [], [], []
+    bounds = _checked_bounds(bounds)
+    selected, bounds_from_params = _select_params(model, params)
+    bounds.update(bounds_from_params)
+    y0_indices = _select_state(initial_state, state_labels)
+    known = set(selected) | {f"y0[{state_labels[i]}]" for i in y0_indices}
+    unknown_bounds = sorted(set(bounds) - known)
+    if unknown_bounds:
+        raise ValueError(
+            f"bounds for {unknown_bounds}, which are not fitted; fitted: {sorted(known)}"
+        )
+    for name in selected:
+        value = np.asarray(getattr(model, name), dtype=np.float64)
+        low, high = parameter_bounds(model, name, bounds)
+        fields.append((name, tuple(value.shape)))
+        for index, entry in np.ndenumerate(value):
+            label = name if value.ndim == 0 else f"{name}[{','.join(map(str, index))}]"
+            names.append(label)
+            guesses.append(entry)
+            lows.append(low)
+            highs.append(high)
+    for i in y0_indices:
+        label = f"y0[{state_labels[i]}]"
+        low, high = bounds.get(label, (None, None))
+        names.append(label)
+        guesses.append(float(flat_y0[i]))
+        lows.append(-np.inf if low is None else float(low))
+        highs.append(np.inf if high is None else float(high))
+    if not names:
+        raise ValueError("nothing to fit: name parameters in params= and/or set initial_state")
+    for name, guess, low, high in zip(names, guesses, lows, highs):
+        if not low < high:
+            raise ValueError(f"bounds of {name}: lower {low} must be below upper {high}")
+        if not low < guess < high:
+            raise ValueError(
+                f"the initial guess {name}={guess:g} is not strictly inside its bounds "
+                f"({low:g}, {high:g}); start from a value inside them"
+            )
+        kinds.append(kind_of(low, high))
+    layout = Layout(tuple(names), tuple(fields), tuple(y0_indices), tuple(kinds))
+
+    if t0 is None:
+        t0 = float(data.ts[0])
+    if not np.isfinite(t0) or t0 > data.ts[0]:
+        raise ValueError(f"t0={t0} must be finite and not after the first data time {data.ts[0]:g}")
+    first = 0 if t0 == data.ts[0] else 1
+    ts = tuple(float(t) for t in ([t0] * first + list(data.ts)))
+    if len(ts) < 2:
+        raise ValueError(
+            "one data time and t0 at that time leave nothing to simulate: pass t0 (the time "
+            "of y0) before the observation"
+        )
+    values = data.values.reshape(len(data.ts), -1)
+    _check_observe(model, y0, observe, values.shape[1], data)
+    missing = np.isnan(values)
+    if loss == "log" and np.any(values[~missing] <= 0):
+        raise ValueError("loss='log' needs positive data, but some observed values are <= 0")
+    if data.noise is not None:
+        scale = 1.0 / data.noise.reshape(values.shape)
+    elif data.weights is not None:
+        scale = np.sqrt(data.weights.reshape(values.shape))
+    else:
+        scale = np.ones_like(values)
+    base_scale = scale  # before the missing values are masked: what refits of new data use
+    scale = np.where(missing, 0.0, scale)
+    _check_magnitude(values, scale, missing, dtype, loss)
+    if isinstance(solver, AbstractFixedStepSolver) and dt is None:
+        raise ValueError(
+            f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
+            "interval between t0 and the data times)"
+        )
+    guess = np.asarray(guesses, dtype=np.float64)
+    low_safe = np.where(np.isfinite(lows), lows, 0.0)
+    high_safe = np.where(np.isfinite(highs), highs, 1.0)
+    problem = Problem(
+        model=model,
+        y0=flat_y0,
+        lower=jnp.asarray(low_safe, dtype),
+        upper=jnp.asarray(high_safe, dtype),
+        values=jnp.asarray(np.where(missing, 1.0, values), dtype),
+        scale=jnp.asarray(scale, dtype),
+        continuity=jnp.zeros(flat_y0.shape, dtype),
+        solver=solver,
+        layout=layout,
+        ts=ts,
+        first_observed=first,
+        y0_shape=tuple(y0.shape),
+        observe=observe,
+        log_loss=loss == "log",
+        dt=dt,
+        max_steps=int(max_steps),
+        events=_checked_events(events, model),
+        windows=((0, len(ts) - 1),),
+        batched=False,
+        steps_per_save=None,
+    )
+    single = dtype == jnp.float32
+    rtol = (1e-5 if single else 1e-8) if rtol is None else rtol
+    atol = (1e-7 if single else 1e-10) if atol is None else atol
+    optimizer = _with_jac(_optimizer(method, max_iterations, rtol, atol), problem)
+    forward_only = not optimizer.is_optax and optimizer.method != "bfgs" and optimizer.jac == "fwd"
+    problem = dataclasses.replace(problem, forward_only=forward_only)
+    return dict(
+        problem=problem,
+        optimizer=optimizer,
+        guess=jnp.asarray(guess, dtype),
+        data=data,
+        noise_known=data.noise is not None,
+        level=level,
+        method=method if isinstance(method, str) else "optax",
+        t0=t0,
+        log_loss=loss == "log",
+        base_scale=base_scale,
+        # zero weights count as missing: neither residuals nor degrees of freedom
+        num_observed=int(np.sum(scale > 0)),
+    )
+
+
+def _checked_bounds(bounds) -> dict:
+    """`bounds` as a dict name -> (lower, upper), each side a real number or None."""
+    if bounds is None:
+        return {}
+    if not isinstance(bounds, dict):
+        raise TypeError(
+            f"bounds must be a dict name -> (lower, upper), got {type(bounds).__name__}"
+        )
+    checked = {}
+    for name, spec in bounds.items():
+        if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
+            raise ValueError(
+                f"bounds[{name!r}] must be (lower, upper), with None for an open side; got {spec!r}"
+            )
+        for side, value in zip(("lower", "upper"), spec):
+            if value is not None:
+                check_real(f"bounds[{name!r}] {side}", value, finite=False)
+                if np.isnan(value):
+                    raise ValueError(f"bounds[{name!r}] {side} is NaN; use None for no bound")
+        checked[name] = tuple(spec)
+    return checked
+
+
+def _check_magnitude(values, scale, missing, dtype, loss) -> None:
+    """The scaled data must leave room for their squares summed in `dtype` (else the loss is
+    inf at every guess, which would read as a model that cannot be simulated)."""
+    if loss == "log":
+        return
+    largest = float(np.max(np.abs(np.where(missing, 0.0, values) * scale)))
+    room = float(np.sqrt(np.finfo(dtype).max / values.size)) / 1e3
+    if largest > room:
+        raise ValueError(
+            f"the data reach {largest:.3g} (in units of their noise, where given): their "
+            f"squared residuals overflow {np.dtype(dtype).name}. Rescale the data (and the "
+            "model) to units in which the values are of order one, or use loss='log' for "
+            "positive data spanning many orders of magnitude"
+        )
+
+
+def _state_labels(model, y0) -> list[str]:
+    names = model.state_names
+    if names is not None and y0.ndim == 1 and len(names) == y0.shape[0]:
+        return list(names)
+    return [str(i) for i in range(y0.size)]
+
+
+def _select_params(model, params) -> tuple[list[str], dict]:
+    fields = [f.name for f in dataclasses.fields(model)]
+    floating = [n for n in fields if eqx.is_inexact_array(getattr(model, n))]
+    bounds = {}
+    if callable(params) and not isinstance(params, type):
+        names = [n for n in floating if params(n, getattr(model, n))]
+    elif isinstance(params, str):
+        names = [params]
+    elif isinstance(params, dict):
+        names = list(params)
+        for name, spec in params.items():
+            if spec is not None:
+                if not (isinstance(spec, (tuple, list)) and len(spec) == 2):
+                    raise ValueError(
+                        f"params[{name!r}] must be (lower, upper) bounds or None, got {spec!r}"
+                    )
+                bounds[name] = tuple(spec)
+    elif params is None:
+        names = []
+    elif isinstance(params, (list, tuple)) and all(isinstance(n, str) for n in params):
+        names = list(params)
+    else:
+        raise TypeError(
+            "params must be a parameter name, a list of names, a dict name -> (lower, upper) "
+            f"or a function (name, value) -> bool; got {params!r}"
+        )
+    for name in names:
+        if name not in fields:
+            raise ValueError(
+                f"{type(model).__name__} has no parameter {name!r}; its parameters are: "
+                f"{', '.join(floating)}"
+            )
+        if getattr(model, name) is None:
+            raise ValueError(
+                f"{type(model).__name__}.{name} is None (that term is switched off): build the "
+                f"model with a guess for {name} to fit it"
+            )
+        if name not in floating:
+            raise ValueError(f"{type(model).__name__}.{name} is not a floating-point parameter")
+    if len(set(names)) != len(names):
+        raise ValueError(f"params names a field twice: {names}")
+    return names, bounds
+
+
+def _select_state(initial_state, labels) -> list[int]:
+    if isinstance(initial_state, (bool, np.bool_)):
+        return list(range(len(labels))) if initial_state else []
+    if initial_state is None:
+        return []
+    single = isinstance(initial_state, (str, int, np.integer))
+    if not single and not isinstance(initial_state, (list, tuple, np.ndarray)):
+        raise TypeError(
+            "initial_state must be True, False or a list of state indices or names, got "
+            f"{initial_state!r}"
+        )
+    items = [initial_state] if single else list(initial_state)
+    indices = []
+    for item in items:
+        if isinstance(item, (bool, np.bool_)):
+            raise TypeError(
+                f"initial_state lists {item!r}: give the fitted components by index or name "
+                f"(e.g. initial_state=[0] or ['{labels[0]}']), not as a mask"
+            )
+        if isinstance(item, str):
+            if item not in labels:
+                raise ValueError(f"initial_state names {item!r}; the state's names: {labels}")
+            indices.append(labels.index(item))
+        elif isinstance(item, (int, np.integer)) and 0 <= item < len(labels):
+            indices.append(int(item))
+        else:
+            raise ValueError(
+                f"initial_state entries are state indices 0..{len(labels) - 1} or names, "
+                f"got {item!r}"
+            )
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"initial_state lists a component twice: {items}")
+    return sorted(indices)
+
+
+def _check_observe(model, y0, observe, num_observables, data) -> None:
+    if observe is None:
+        if y0.size != num_observables:
+            raise ValueError(
+                f"the data have {num_observables} value(s) per time but the state has "
+                f"{y0.size} components: pass observe=lambda y: ... to map a state to what was "
+                f"measured (e.g. observe=lambda y: y[0])"
+            )
+        return
+    if not callable(observe):
+        raise TypeError(f"observe must be a function state -> observable, got {observe!r}")
+    try:
+        out = jax.eval_shape(lambda y: jnp.asarray(observe(y)), y0)
+    except Exception as error:
+        raise ValueError(f"observe failed on a state of shape {y0.shape}: {error}") from error
+    probe_indices("observe", observe, y0)
+    if not jnp.issubdtype(out.dtype, jnp.inexact):
+        raise TypeError(f"observe must return floats (what was measured), got {out.dtype}")
+    size = math.prod(out.shape)
+    if size != num_observables:
+        raise ValueError(
+            f"observe returns {size} value(s) per state (shape {out.shape}) but the data have "
+            f"{num_observables} per time (values of shape {data.values.shape})"
+        )
+
+
+def _optimizer(method, max_iterations, rtol, atol) -> opt.Optimizer:
+    is_optax = hasattr(method, "init") and hasattr(method, "update")
+    if not is_optax and method not in opt.METHODS:
+        raise ValueError(
+            f"method must be one of {opt.METHODS} or an optax GradientTransformation (e.g. "
+            f"optax.adam(1e-2)), got {method!r}"
+        )
+    if max_iterations is None:
+        max_iterations = 2000 if is_optax else 256
+    check_static_count("max_iterations", max_iterations)
+    return opt.Optimizer(method, int(max_iterations), float(rtol), float(atol))
+
+
+def _with_jac(optimizer: opt.Optimizer, problem: Problem) -> opt.Optimizer:
+    """Forward mode for the residual Jacobian when the unknowns are no more than the residuals
+    (one tangent pass per unknown), reverse mode otherwise."""
+    residuals = problem.values.size + (len(problem.windows) - 1) * problem.y0.size
+    jac = "fwd" if problem.layout.size <= residuals else "bwd"
+    return dataclasses.replace(optimizer, jac=jac)
+
+
+# --- running ------------------------------------------------------------------------------------
+
+
+def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
+    """The loss at the given guess (start 0) must be finite, else nothing was fitted."""
+    if not np.isfinite(float(optimum.history[0, 0])):
+        detail = ""
+        if problem.log_loss:
+            detail = " (with loss='log', the model's observables must stay positive)"
+        raise ValueError(
+            "the model cannot be simulated, or gives non-finite predictions, at the initial "
+            f"guess{detail}: start from a guess where ds.simulate succeeds"
+        )
+
+
+@eqx.filter_jit
+def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> tuple[opt.Optimum, jax.Array]:
+    """Optimise from each start (natural values, one per row); returns the optima and their
+    natural values."""
+
+    def one(p0):
+        u0 = problem.unconstrained(p0)
+        optimum = opt.optimize(lambda u: problem.residuals(problem.natural(u)), u0, optimizer)
+        return optimum, problem.natural(optimum.u)
+
+    if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
+        return jax.tree.map(lambda x: x[None], one(p0s[0]))
+    return jax.vmap(one)(p0s)
+
+
+def _best(optimum: opt.Optimum) -> int:
+    loss = np.asarray(optimum.loss)
+    return int(np.argmin(np.where(np.isfinite(loss), loss, np.inf)))
+
+
+def _start_points(problem: Problem, guess_p, starts: int, key):
+    """Natural starting values, one per row: the guess, then `starts - 1` drawn ones."""
+    if starts == 1:
+        return guess_p[None]
+    guess_u = problem.unconstrained(guess_p)
+    if key is None:
+        key = jax.random.key(0)
+    layout = problem.layout
+    kinds = np.asarray(layout.kinds)
+    k = layout.num_fitted
+    draws = jax.random.uniform(key, (starts - 1, k), guess_u.dtype, -1.0, 1.0)
+    positive = (kinds == "log") | (kinds == "upper-log")
+    # log: u = log(p - lower) moves by ±log(10); logit: uniform in (0, 1) through the logit
+    u_log = guess_u + draws * jnp.log(10.0).astype(guess_u.dtype)
+    fraction = jnp.clip((draws + 1) / 2, 1e-6, 1 - 1e-6)
+    u_logit = jnp.log(fraction) - jnp.log1p(-fraction)
+    u_plain = guess_p + draws * jnp.maximum(jnp.abs(guess_p), 1.0)
+    drawn = jnp.where(positive, u_log, jnp.where(kinds == "logit", u_logit, u_plain))
+    return jnp.concatenate([guess_p[None], jax.vmap(problem.natural)(drawn)])
+
+
+def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
+    spans = windows(len(problem.ts), segments)
+    batched, steps_per_save = batchable_windows(
+        problem.ts, spans, problem.solver, problem.dt, type(problem.solver).__name__
+    )
+    n = problem.y0.size
+    layout = dataclasses.replace(problem.layout, num_nodes=(segments - 1) * n)
+    return dataclasses.replace(
+        problem,
+        layout=layout,
+        windows=spans,
+        batched=batched,
+        steps_per_save=steps_per_save,
+        continuity=jnp.asarray(continuity_weight / _typical_noise(problem), problem.y0.dtype),
+    )
+
+
+def _typical_noise(problem: Problem) -> np.ndarray:
+    """Per state component, what a continuity defect is measured against: the data's typical
+    absolute noise (1/scale: the given noise, else 1/sqrt(weight), i.e. the data's own units),
+    from the observed component itself when the state is observed directly, else the median
+    over all data."""
+    scale = np.asarray(problem.scale)
+    values = np.asarray(problem.values)
+    observed = scale > 0
+    with np.errstate(divide="ignore"):
+        sigma = np.where(observed, 1.0 / np.where(observed, scale, 1.0), np.nan)
+    if problem.log_loss:
+        sigma = sigma * np.abs(values)
+    overall = float(np.nanmedian(sigma))
+    n = problem.y0.size
+    if problem.observe is None and sigma.shape[1] == n:
+        per = np.nanmedian(sigma, axis=0)
+        return np.where(np.isfinite(per), per, overall)
+    return np.full(n, overall)
+
+
+def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
+    """Window-start states: the data there when they observe the whole state, else the
+    guess's own trajectory."""
+    states = np.asarray(trajectory(problem, guess_p))
+    nodes = []
+    values = np.asarray(problem.values)
+    observed = np.asarray(problem.scale) > 0
+    for a, _ in shooting.windows[1:]:
+        node = states[a].copy()
+        row = a - problem.first_observed
+        if problem.observe is None and values.shape[1] == node.size and row >= 0:
+            node = np.where(observed[row], values[row], node)
+        nodes.append(node)
+    return jnp.asarray(np.concatenate(nodes), problem.y0.dtype)
+
+
+@eqx.filter_jit
+def trajectory(problem: Problem, p):
+    """The states at every simulation time of `problem` for the natural unknowns `p` (window
+    starts, if any, included), shape (times, state size)."""
+    model, y0, nodes = problem.assemble(p)
+    states, _ = problem.states(model, y0, nodes)
+    return states
+
+
+@eqx.filter_jit
+def _defects(problem: Problem, p_batch):
+    """The largest continuity defect of each multiple-shooting solution in the batch."""
+
+    def one(p):
+        model, y0, nodes = problem.assemble(p)
+        _, defects = problem.states(model, y0, nodes)
+        return jnp.max(jnp.abs(defects))
+
+    return jax.vmap(one)(p_batch)
+
+
+# --- the result ---------------------------------------------------------------------------------
+
+
+@eqx.filter_jit
+def _at_optimum(problem: Problem, p, jac: str):
+    """Residual Jacobian and the predictions at `p`, in one compiled program."""
+
+    def residuals(q):  # the residuals, and (them, the predictions) as auxiliary outputs
+        model, y0, nodes = problem.assemble(q)
+        states, _ = problem.states(model, y0, nodes)
+        observed = problem.observed(states)
+        r = problem.data_residuals(observed)
+        return r.ravel(), (r, observed)
+
+    jacobian, (r, observed) = (jax.jacfwd if jac == "fwd" else jax.jacrev)(residuals, has_aux=True)(
+        p
+    )
+    return jacobian, observed, r
+
+
+@eqx.filter_jit
+def loss_hessian(problem: Problem, p, jac: str):
+    """The Hessian of half the loss at `p` (natural coordinates)."""
+    if jac == "fwd":
+        # H = JᵀJ + Σ rᵢ ∇²rᵢ, forward over forward (faster to compile than reverse mode); the
+        # inner pass's value and Jacobian come out of the outer pass as auxiliary outputs.
+        def first(q):
+            jacobian, r = jax.jacfwd(
+                lambda x: (lambda y: (y, y))(problem.residuals(x)), has_aux=True
+            )(q)
+            return jacobian, (jacobian, r)
+
+        second, (jacobian, r) = jax.jacfwd(first, has_aux=True)(p)
+        return jacobian.T @ jacobian + jnp.einsum("i,ijk->jk", r, second)
+    return jax.hessian(lambda q: 0.5 * jnp.sum(problem.residuals(q) ** 2))(p)
+
+
+def _result(problem, final, p_final, best, setup, shooting, solves, start_time) -> FitResult:
+    data: Data = setup["data"]
+    layout = problem.layout
+    names = layout.names
+    p = p_final[best]
+    jacobian, predictions, residuals = _at_optimum(problem, p, setup["optimizer"].jac)
+    loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
+    code = int(final.code[best])
+    stats = analyse(
+        jacobian,
+        p,
+        loss,
+        setup["num_observed"],
+        setup["noise_known"],
+        setup["level"],
+        names,
+        at_optimum=code == opt.CONVERGED,
+    )
+    model, y0, _ = problem.assemble(p)
+    predictions = np.asarray(predictions)
+    residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
+    p_all = np.asarray(p_final)
+    notes = _at_bounds(problem, np.asarray(p, np.float64), np.asarray(setup["guess"]))
+    notes += stats["notes"]
+    if code != opt.CONVERGED:
+        notes.insert(0, f"the fit did not converge: {opt.REASONS[code]}")
+    if shooting is not None and not shooting["converged"]:
+        notes.insert(
+            0,
+            "the multiple-shooting stage did not converge; the refinement started "
+            "from its last iterate",
+        )
+    history = np.asarray(final.history[best])
+    p_np = np.asarray(p, np.float64)
+    return FitResult(
+        model=model,
+        y0=y0.reshape(problem.y0_shape),
+        names=names,
+        params={n: float(v) for n, v in zip(names, p_np)},
+        stderr={n: float(v) for n, v in zip(names, stats["stderr"])},
+        confidence_intervals={
+            n: (float(lo), float(hi)) for n, lo, hi in zip(names, stats["lower"], stats["upper"])
+        },
+        level=setup["level"],
+        covariance=stats["covariance"],
+        correlation=stats["correlation"],
+        noise_variance=stats["noise_variance"],
+        dof=stats["dof"],
+        num_observed=setup["num_observed"],
+        converged=code == opt.CONVERGED,
+        reason=opt.REASONS[code],
+        iterations=int(final.steps[best]),
+        num_solves=solves,
+        loss=loss,
+        loss_history=history[np.isfinite(history)],
+        residuals=residuals.reshape(data.values.shape),
+        predictions=predictions.reshape(data.values.shape),
+        starts=dict(
+            loss=np.asarray(final.loss),
+            converged=np.asarray(final.code) == opt.CONVERGED,
+            params={n: p_all[:, i] for i, n in enumerate(names)},
+        ),
+        best_start=best,
+        shooting=shooting,
+        warnings=tuple(notes),
+        method=setup["method"],
+        data=data,
+        t0=setup["t0"],
+        seconds=time.perf_counter() - start_time,
+        _problem=problem,
+        _settings=dict(
+            noise_known=setup["noise_known"],
+            log_loss=setup["log_loss"],
+            base_scale=setup["base_scale"],
+            optimizer=setup["optimizer"],
+            guess=setup["guess"],
+        ),
+    )
+
+
+def _at_bounds(problem: Problem, p, guess) -> list[str]:
+    """Notes for fitted values that ended on a bound (the transform's far end): the data pull
+    them beyond it, so the optimiser cannot converge there and the intervals assume otherwise."""
+    notes = []
+    lower, upper = np.asarray(problem.lower), np.asarray(problem.upper)
+    for i, (name, kind) in enumerate(zip(problem.layout.names, problem.layout.kinds)):
+        reach = {
+            "log": guess[i] - lower[i],
+            "upper-log": upper[i] - guess[i],
+            "logit": upper[i] - lower[i],
+        }.get(kind)
+        if reach is None:
+            continue
+        for bound, side, used in (
+            (lower[i], "lower", kind in ("log", "logit")),
+            (upper[i], "upper", kind in ("upper-log", "logit")),
+        ):
+            if used and abs(p[i] - bound) < 1e-6 * reach:
+                notes.append(
+                    f"{name} = {p[i]:.6g} is at its {side} bound {bound:g}: the data favour a "
+                    "value beyond it. Widen the bound if that is physical; the standard errors "
+                    "assume an optimum inside the bounds"
+                )
+    return notes
+
+
+def fine_times(problem: Problem, points: int) -> np.ndarray:
+    """About `points` times from t0 to the last data time on which the model can be simulated
+    (multiples of dt for a fixed-step solver)."""
+    t0, t1 = problem.ts[0], problem.ts[-1]
+    if isinstance(problem.solver, AbstractFixedStepSolver):
+        total = int(round((t1 - t0) / problem.dt))
+        stride = max(1, total // points)
+        count = total // stride
+        return t0 + problem.dt * stride * np.arange(count + 1)
+    return np.linspace(t0, t1, points)

@@ -1,0 +1,184 @@
+"""`ds.profile`: profile-likelihood confidence intervals for one fitted unknown."""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_real
+from . import optimize as opt
+from .result import FitResult
+from .uncertainty import chi2_quantile_1dof
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """The profile of one unknown: at each fixed `values[i]` every other unknown is refitted.
+
+    - `loss`: the refitted sum of squared weighted residuals; `deviance`: −2 log of the
+      likelihood ratio against the best fit (`loss − min loss` when the noise is known,
+      `n log(loss / min loss)` when it is estimated, n the number of observed values).
+    - `interval`: (lower, upper) where the deviance crosses `threshold` (the χ²₁ quantile at
+      `level`), linearly interpolated; an end is None when the deviance stays below the
+      threshold over the profiled range (the data do not bound the parameter on that side).
+    - `converged`: per point, whether its refit converged.
+    - `name`, `estimate` (the fitted value), `values` (the profiled grid), `level`,
+      `threshold`; `wald`: the Wald interval at `level`, for comparison.
+    """
+
+    name: str
+    estimate: float
+    values: np.ndarray
+    loss: np.ndarray
+    deviance: np.ndarray
+    threshold: float
+    level: float
+    interval: tuple[float | None, float | None]
+    converged: np.ndarray
+    wald: tuple[float, float]
+
+    def plot(self, ax=None):
+        """The deviance against the parameter, with the cut and both intervals; returns the
+        figure."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(4.5, 3.4))
+        else:
+            fig = ax.figure
+        ax.plot(self.values, self.deviance, "o-", ms=3, label="profile")
+        ax.axhline(self.threshold, color="0.5", ls="--", lw=1, label=f"χ²₁ {self.level:.0%} cut")
+        for end in self.interval:
+            if end is not None:
+                ax.axvline(end, color="C0", lw=0.8)
+        ax.axvspan(*self.wald, color="C1", alpha=0.15, label="Wald interval")
+        ax.set_xlabel(self.name)
+        ax.set_ylabel("deviance")
+        ax.legend(frameon=False)
+        return fig
+
+
+def profile(
+    result: FitResult,
+    name: str,
+    *,
+    points: int = 21,
+    span: float = 4.0,
+    range: tuple[float, float] | None = None,
+    level: float | None = None,
+) -> Profile:
+    """Profile likelihood of the unknown `name` of a fit: refit every other unknown with `name`
+    fixed at each of `points` values (all at once under `vmap`, each starting from the best fit).
+
+    **Arguments:**
+
+    - `result`: a `ds.FitResult` from `ds.fit`.
+    - `name`: one of `result.names`.
+    - `points`: how many values to profile (odd counts include the estimate itself).
+    - `span`: the values run over estimate ± span × standard error (clipped to the bounds), or
+      over `range=(low, high)` when given.
+    - `level`: confidence level (default: the fit's).
+
+    **Returns:** a `ds.Profile` with the likelihood-based `interval`.
+    """
+    if not isinstance(result, FitResult):
+        raise TypeError(f"profile takes the ds.FitResult of ds.fit, got {type(result).__name__}")
+    if name not in result.names:
+        raise ValueError(f"{name!r} is not a fitted unknown; the fit has: {list(result.names)}")
+    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 3:
+        raise ValueError(f"points must be an int >= 3, got {points!r}")
+    points = int(points)
+    level = result.level if level is None else check_real("level", level)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if range is None:
+        check_real("span", span, positive=True)
+    else:
+        if not (isinstance(range, (tuple, list)) and len(range) == 2):
+            raise TypeError(f"range must be (low, high), got {range!r}")
+        low, high = (check_real("range", v) for v in range)
+        if not low < high:
+            raise ValueError(f"range must have low < high, got {range!r}")
+    problem = result._problem
+    j = result.names.index(name)
+    estimate = result.params[name]
+    values = _grid(result, problem, j, estimate, points, span, range)
+    p_hat = jnp.asarray([result.params[n] for n in result.names], problem.y0.dtype)
+    grid = jnp.asarray(values, problem.y0.dtype)
+    fixed_u = jax.vmap(lambda v: problem.unconstrained(p_hat.at[j].set(v))[j])(grid)
+    rest_u = jnp.delete(problem.unconstrained(p_hat), j)
+    optimizer = result._settings["optimizer"]
+    optimum = _profile_run(problem, rest_u, fixed_u, j, optimizer)
+    loss = np.asarray(optimum.loss, np.float64)
+    best = min(result.loss, float(np.nanmin(loss)))
+    n = result.num_observed
+    if result._settings["noise_known"]:
+        deviance = loss - best
+    else:
+        deviance = n * np.log(loss / best)
+    threshold = chi2_quantile_1dof(level)
+    interval = (
+        _crossing(values, deviance, estimate, threshold, -1),
+        _crossing(values, deviance, estimate, threshold, +1),
+    )
+    return Profile(
+        name=name,
+        estimate=estimate,
+        values=values,
+        loss=loss,
+        deviance=deviance,
+        threshold=threshold,
+        level=level,
+        interval=interval,
+        converged=np.asarray(optimum.code) == opt.CONVERGED,
+        wald=result.confidence_intervals[name],
+    )
+
+
+def _grid(result, problem, j, estimate, points, span, range):
+    if range is not None:
+        low, high = float(range[0]), float(range[1])
+        if not low < high:
+            raise ValueError(f"range must be (low, high) with low < high, got {range}")
+    else:
+        se = result.stderr[result.names[j]]
+        width = span * se if np.isfinite(se) and se > 0 else 0.5 * max(abs(estimate), 1e-12)
+        low, high = estimate - width, estimate + width
+    kind = problem.layout.kinds[j]
+    lower, upper = float(problem.lower[j]), float(problem.upper[j])
+    if kind in ("log", "logit"):
+        low = max(low, lower + 1e-6 * (estimate - lower))
+    if kind in ("upper-log", "logit"):
+        high = min(high, upper - 1e-6 * (upper - estimate))
+    return np.linspace(low, high, points)
+
+
+@eqx.filter_jit
+def _profile_run(problem, rest_u, fixed_u, j: int, optimizer):
+    def one(u_j):
+        def residuals(rest):
+            u = jnp.concatenate([rest[:j], u_j[None], rest[j:]])
+            return problem.residuals(problem.natural(u))
+
+        return opt.optimize(residuals, rest_u, optimizer)
+
+    return jax.vmap(one)(fixed_u)
+
+
+def _crossing(values, deviance, estimate, threshold, direction):
+    """Where the deviance first exceeds the threshold walking from the estimate outwards."""
+    order = np.argsort(values)
+    values, deviance = values[order], deviance[order]
+    side = values > estimate if direction > 0 else values < estimate
+    indices = np.flatnonzero(side)
+    indices = indices if direction > 0 else indices[::-1]
+    previous_value, previous_deviance = estimate, 0.0
+    for i in indices:
+        if np.isfinite(deviance[i]) and deviance[i] > threshold:
+            fraction = (threshold - previous_deviance) / (deviance[i] - previous_deviance)
+            return float(previous_value + fraction * (values[i] - previous_value))
+        if np.isfinite(deviance[i]):
+            previous_value, previous_deviance = values[i], max(deviance[i], 0.0)
+    return None

@@ -1,0 +1,199 @@
+"""`FitResult`: what `ds.fit` returns, with its summary table, figure and JSON form."""
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .data import Data
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitResult:
+    """The outcome of `ds.fit`. Every value is in natural units (the model's own).
+
+    - `model`, `y0`: the fitted model and initial state (at `t0`), ready for `ds.simulate`.
+    - `params`: dict name → fitted value of each unknown (parameters, then initial-state
+      components named `y0[<state name>]`); `stderr`: their standard errors (from
+      `covariance`); `confidence_intervals`: name → (lower, upper) Wald intervals at `level`.
+    - `covariance`: Gauss–Newton / Fisher covariance s²(JᵀJ)⁻¹, shape (k, k) in the order of
+      `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss (computed when
+      first read); `correlation`.
+    - `noise_variance`: s² (1 when the noise was given, else the residual variance estimate);
+      `num_observed`: the values that count (not missing, weight > 0); `dof`: that − unknowns.
+    - `converged`, `reason`, `iterations`, `num_solves` (simulations run, all starts and
+      stages), `loss` (sum of squared weighted residuals), `loss_history` (best loss after each
+      iteration of the chosen start's final stage).
+    - `residuals`: weighted residuals shaped like the data values (NaN where data are missing);
+      `predictions`: the fitted model's observables at the data times.
+    - `starts`: dict with `loss`, `converged` and `params` (name → array) of every start;
+      `best_start`: the index kept. `shooting`: the multiple-shooting stage's summary or None.
+    - `warnings`: identifiability and other notes (also issued as Python warnings).
+    """
+
+    model: Any
+    y0: Any
+    names: tuple[str, ...]
+    params: dict
+    stderr: dict
+    confidence_intervals: dict
+    level: float
+    covariance: np.ndarray
+    correlation: np.ndarray
+    noise_variance: float
+    dof: int
+    num_observed: int
+    converged: bool
+    reason: str
+    iterations: int
+    num_solves: int
+    loss: float
+    loss_history: np.ndarray
+    residuals: np.ndarray
+    predictions: np.ndarray
+    starts: dict
+    best_start: int
+    shooting: dict | None
+    warnings: tuple[str, ...]
+    method: str
+    data: Data
+    t0: float
+    seconds: float
+    _problem: Any = dataclasses.field(repr=False)
+    _settings: dict = dataclasses.field(repr=False)
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def covariance_laplace(self) -> np.ndarray:
+        """s² H⁻¹ with H the Hessian of half the loss at the result (second derivatives of the
+        residuals included); computed on first access (it costs second-order derivatives of
+        the solve). NaN, with a `ds.FitWarning`, where H is not positive definite."""
+        if "laplace" not in self._cache:
+            import warnings
+
+            from .fit import FitWarning, loss_hessian
+            from .uncertainty import laplace_covariance
+
+            p = jnp.asarray([self.params[n] for n in self.names], self._problem.y0.dtype)
+            hessian = loss_hessian(self._problem, p, self._settings["optimizer"].jac)
+            covariance, note = laplace_covariance(hessian, self.noise_variance)
+            if note is not None:
+                warnings.warn(note, FitWarning, stacklevel=2)
+            self._cache["laplace"] = covariance
+        return self._cache["laplace"]
+
+    def summary(self) -> str:
+        """A text table of the fitted values, standard errors and intervals, with the fit's
+        diagnostics and warnings."""
+        sigma = "given noise" if self._settings["noise_known"] else "noise estimated"
+        lines = [
+            f"fit of {type(self.model).__name__}: {self.method}, "
+            f"{'converged' if self.converged else 'NOT converged'} ({self.reason})",
+            f"{self.iterations} iterations, {self.num_solves} simulations, {self.seconds:.2f} s; "
+            f"loss {self.loss:.6g} on {self.num_observed} values, dof {self.dof} "
+            f"({sigma}, s² = {self.noise_variance:.4g})",
+        ]
+        if len(self.starts["loss"]) > 1:
+            ok = int(np.sum(self.starts["converged"]))
+            lines.append(
+                f"{len(self.starts['loss'])} starts ({ok} converged); kept start "
+                f"{self.best_start}; losses {_short(self.starts['loss'])}"
+            )
+        if self.shooting is not None:
+            lines.append(
+                f"multiple shooting: {self.shooting['segments']} segments, "
+                f"{self.shooting['iterations']} iterations, largest continuity defect "
+                f"{self.shooting['max_defect']:.2e}, then refined by single shooting"
+            )
+        percent = f"{100 * self.level:g}%"
+        rows = [["parameter", "value", "std. error", "rel. error", f"{percent} interval"]]
+        for name in self.names:
+            value, se = self.params[name], self.stderr[name]
+            low, high = self.confidence_intervals[name]
+            relative = abs(se / value) if value != 0 else float("nan")
+            rows.append(
+                [
+                    name,
+                    f"{value:.6g}",
+                    f"{se:.3g}",
+                    f"{100 * relative:.2g}%",
+                    f"[{low:.5g}, {high:.5g}]",
+                ]
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for i, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The result as plain JSON-ready values (no model object)."""
+        return dict(
+            model=type(self.model).__name__,
+            method=self.method,
+            converged=self.converged,
+            reason=self.reason,
+            iterations=self.iterations,
+            num_solves=self.num_solves,
+            loss=self.loss,
+            dof=self.dof,
+            noise_variance=self.noise_variance,
+            level=self.level,
+            t0=self.t0,
+            params=self.params,
+            stderr=self.stderr,
+            confidence_intervals={k: list(v) for k, v in self.confidence_intervals.items()},
+            names=list(self.names),
+            covariance=self.covariance.tolist(),
+            covariance_laplace=self.covariance_laplace.tolist(),
+            correlation=self.correlation.tolist(),
+            y0=np.asarray(self.y0).tolist(),
+            starts=dict(
+                loss=np.asarray(self.starts["loss"]).tolist(),
+                converged=np.asarray(self.starts["converged"]).tolist(),
+            ),
+            best_start=self.best_start,
+            shooting=self.shooting,
+            warnings=list(self.warnings),
+            seconds=self.seconds,
+        )
+
+    @property
+    def log_loss(self) -> bool:
+        """Whether residuals are differences of logarithms (`ds.fit(..., loss="log")`)."""
+        return bool(self._settings["log_loss"])
+
+    def plot(self, *, points: int = 400):
+        """Data, the fitted curve and the residuals, one column per observable; returns the
+        matplotlib figure (`ds.plot.fit`)."""
+        from .._plot import fit
+
+        return fit(self, points=points)
+
+    def curve(self, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+        """The fitted model's observables on a fine grid from t0 to the last data time:
+        (times, values of shape (times, observables))."""
+        from .fit import fine_times, trajectory
+
+        problem = self._problem
+        ts = fine_times(problem, points)
+        fine = dataclasses.replace(
+            problem,
+            ts=tuple(float(t) for t in ts),
+            first_observed=0,
+            windows=((0, len(ts) - 1),),
+            batched=False,
+            steps_per_save=None,
+        )
+        p = jnp.asarray([self.params[n] for n in self.names], problem.y0.dtype)
+        states = trajectory(fine, p)
+        return ts, np.asarray(fine.observed(states))
+
+
+def _short(values) -> str:
+    values = np.asarray(values)
+    shown = ", ".join(f"{v:.4g}" for v in values[:8])
+    return f"[{shown}{', …' if values.size > 8 else ''}]"
