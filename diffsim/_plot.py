@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fit.plot import fit as _fit_figure
+from ._validate import is_count
+
 STYLE = Path(__file__).parent / "style" / "diffsim.mplstyle"
 """The path of diffsim's matplotlib style file (`diffsim/style/diffsim.mplstyle`): matplotlib's
 bundled DejaVu Sans, fixed sizes and DPI, no settings that depend on the machine, so that figures
@@ -102,7 +105,7 @@ def _names(names, count: int) -> list[str]:
 def _components(which, count: int, what: str = "component") -> None:
     """Indices into `count` state components, checked (NumPy would raise its own error)."""
     for i in which:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -count <= i < count:
+        if not is_count(i) or not -count <= i < count:
             raise ValueError(
                 f"{what} {i!r} is not an index of the {count} state components (0 to {count - 1})"
             )
@@ -249,42 +252,15 @@ def fit(result, *, points: int = 400):
 
     **Returns:** the figure (`result.plot()` draws the same).
     """
-    import matplotlib.pyplot as plt
-
     from ._fit.result import FitResult
 
+    # the type is checked here, above the fitting layer: the figure itself (diffsim._fit.plot)
+    # sits below FitResult, which draws through it, so it cannot import FitResult
     if not isinstance(result, FitResult):
         raise TypeError(
             f"ds.plot.fit takes a ds.FitResult (from ds.fit), got {type(result).__name__}"
         )
-    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 2:
-        raise ValueError(f"points must be an int >= 2 (times of the drawn curve), got {points!r}")
-    ts, curve = result.curve(points)
-    data = result.data
-    values = data.values.reshape(len(data.ts), -1)
-    residuals = result.residuals.reshape(len(data.ts), -1)
-    m = values.shape[1]
-    names = data.names or tuple(f"observable {i}" for i in range(m))
-    fig, axes = plt.subplots(
-        2,
-        m,
-        figsize=(4.2 * m, 4.8),
-        sharex=True,
-        squeeze=False,
-        gridspec_kw=dict(height_ratios=[3, 1]),
-    )
-    for j in range(m):
-        top, bottom = axes[0, j], axes[1, j]
-        top.plot(data.ts, values[:, j], "o", ms=3.5, color="0.25", label="data")
-        top.plot(ts, curve[:, j], "-", color="C0", label="fit")
-        top.set_title(names[j])
-        bottom.axhline(0.0, color="0.6", lw=0.8)
-        bottom.plot(data.ts, residuals[:, j], "o", ms=3, color="C3")
-        bottom.set_xlabel("t")
-        bottom.set_ylabel("log residual" if result.log_loss else "residual")
-    axes[0, 0].legend(frameon=False)
-    fig.tight_layout()
-    return fig
+    return _fit_figure(result, points=points)
 
 
 def measured_order(steps, errors) -> float:

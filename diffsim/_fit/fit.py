@@ -4,6 +4,8 @@ import dataclasses
 import math
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -13,7 +15,7 @@ import numpy as np
 from .._events import as_events, Event
 from .._model import AbstractODE
 from .._solver.adaptive import Tsit5
-from .._solver.base import AbstractFixedStepSolver, AbstractSolver
+from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     as_state,
     as_state_leaf,
@@ -24,6 +26,8 @@ from .._validate import (
 )
 from . import optimize as opt
 from .data import as_data, Data, FitWarning
+from .evaluate import at_optimum, largest_defects, trajectory
+from .optimize import FIT_RESULTS
 from .problem import (
     batchable_windows,
     kind_of,
@@ -32,7 +36,7 @@ from .problem import (
     Problem,
     windows,
 )
-from .result import FitResult
+from .result import FitResult, FitSettings
 from .uncertainty import analyse
 
 LOSSES = ("squared", "log")
@@ -116,68 +120,42 @@ def fit(
     `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
     """
     start_time = time.perf_counter()
-    if key is not None:
-        check_key("key", key)
-    setup = _setup(
-        model,
-        y0,
-        data,
-        params,
-        initial_state,
-        observe,
-        solver,
-        dt,
-        method,
-        loss,
-        segments,
-        starts,
-        bounds,
-        noise,
-        weights,
-        t0,
-        max_iterations,
-        rtol,
-        atol,
-        continuity_weight,
-        level,
-        max_steps,
+    spec = FitSpec(
+        model=model,
+        y0=y0,
+        data=data,
+        params=params,
+        initial_state=initial_state,
+        observe=observe,
+        solver=solver,
+        dt=dt,
+        method=method,
+        loss=loss,
+        segments=segments,
+        starts=starts,
+        bounds=bounds,
+        noise=noise,
+        weights=weights,
+        t0=t0,
+        key=key,
+        max_iterations=max_iterations,
+        rtol=rtol,
+        atol=atol,
+        continuity_weight=continuity_weight,
+        level=level,
+        max_steps=max_steps,
         events=events,
     )
-    problem, optimizer = setup["problem"], setup["optimizer"]
-    p0s = _start_points(problem, setup["guess"], starts, key)
-    solves = 0
-    shooting = None
-    if segments > 1:
-        shooting_problem = _shooting_problem(problem, segments, continuity_weight)
-        shooting_optimizer = _with_jac(optimizer, shooting_problem)
-        shooting_problem = dataclasses.replace(
-            shooting_problem,
-            forward_only=problem.forward_only and shooting_optimizer.jac == "fwd",
-        )
-        nodes = _initial_nodes(problem, shooting_problem, setup["guess"])
-        stage, p_stage = _run(
-            shooting_problem,
-            jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
-            shooting_optimizer,
-        )
-        _check_guess(stage, problem)
-        solves += int(jnp.sum(stage.evaluations)) * len(shooting_problem.windows)
-        defects = _defects(shooting_problem, p_stage)
-        best_stage = _best(stage)
-        shooting = dict(
-            segments=segments,
-            iterations=int(stage.steps[best_stage]),
-            loss=float(stage.loss[best_stage]),
-            converged=bool(stage.code[best_stage] == opt.CONVERGED),
-            max_defect=float(defects[best_stage]),
-        )
-        p0s = p_stage[:, : problem.layout.size]
-    final, p_final = _run(problem, p0s, optimizer)
+    setup = _setup(spec)
+    p0s = _start_points(setup.problem, setup.guess, spec.starts, spec.key)
+    shooting, solves = None, 0
+    if spec.segments > 1:
+        p0s, shooting, solves = _shooting_stage(setup, spec, p0s)
+    final = _run(setup.problem, p0s, setup.optimizer)
     if shooting is None:
-        _check_guess(final, problem)
-    solves += int(jnp.sum(final.evaluations))
-    best = _best(final)
-    result = _result(problem, final, p_final, best, setup, shooting, solves, start_time)
+        _check_guess(final.optimum, setup.problem)
+    solves += int(jnp.sum(final.optimum.evaluations))
+    result = _result(setup, final, shooting=shooting, solves=solves, start_time=start_time)
     for note in result.warnings:
         warnings.warn(note, FitWarning, stacklevel=2)
     return result
@@ -186,86 +164,160 @@ def fit(
 # --- setup: validate and assemble the problem ---------------------------------------------------
 
 
-def _checked_events(events, model):
-    """`events` (or `events(model)`) checked: ds.Event(s) without terminal ones."""
-    if events is None:
-        return None
-    resolved = events
-    if callable(events) and not isinstance(events, Event):
-        import inspect
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitSpec:
+    """The arguments of one `ds.fit` call as given (each documented there); `_setup` checks
+    them and builds what the fit runs."""
 
-        try:
-            takes_one = len(inspect.signature(events).parameters) == 1
-        except (TypeError, ValueError):
-            takes_one = True
-        if not takes_one:
-            raise TypeError(
-                "ds.fit: events as a function must map the model to its events "
-                "(events=lambda m: m.impacts()); for a condition (t, y) -> value, pass "
-                "events=ds.Event(condition, ...)"
-            )
-        resolved = events(model)
-        if resolved is None:
-            raise TypeError(
-                "ds.fit: the events function returned None; it must return a ds.Event or a "
-                "tuple of them"
-            )
-    for event in as_events(resolved):
-        if event.terminal:
-            raise ValueError(
-                "ds.fit: a terminal event stops the trajectory, leaving later data unexplained; "
-                "fit with events that reset (terminal=False) or end the data at the event"
-            )
-    return events
+    model: AbstractODE
+    y0: Any
+    data: Any
+    params: Any
+    initial_state: Any
+    observe: Callable | None
+    solver: AbstractSolver | None
+    dt: float | None
+    method: Any
+    loss: str
+    segments: int
+    starts: int
+    bounds: dict | None
+    noise: Any
+    weights: Any
+    t0: float | None
+    key: Any
+    max_iterations: int | None
+    rtol: float | None
+    atol: float | None
+    continuity_weight: float
+    level: float
+    max_steps: int
+    events: Any
 
 
-def _setup(
-    model,
-    y0,
-    data,
-    params,
-    initial_state,
-    observe,
-    solver,
-    dt,
-    method,
-    loss,
-    segments,
-    starts,
-    bounds,
-    noise,
-    weights,
-    t0,
-    max_iterations,
-    rtol,
-    atol,
-    continuity_weight,
-    level,
-    max_steps,
-    *,
-    events=None,
-) -> dict:
-    if not isinstance(model, AbstractODE):
-        raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(model)}")
-    solver = Tsit5(rtol=1e-8, atol=1e-8) if solver is None else solver
-    if not isinstance(solver, AbstractSolver):
-        raise TypeError(f"solver must be a diffsim solver such as ds.RK4(), got {solver!r}")
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    check_static_count("segments", segments)
-    check_static_count("starts", starts)
-    check_static_count("max_steps", max_steps)
-    if not 0 < check_real("level", level) < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    check_real("continuity_weight", continuity_weight, positive=True)
-    for name, value in (("rtol", rtol), ("atol", atol)):
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitSetup:
+    """A checked `ds.fit` call, assembled: what its stages run and its result reports."""
+
+    problem: Problem  # single shooting over all the data (its Jacobian mode settled)
+    optimizer: opt.Optimizer  # method, iteration budget, tolerances, Jacobian mode
+    guess: jax.Array  # (unknowns,) the natural initial guess, in the state's dtype
+    data: Data  # the data, with the noise / weights of the call
+    t0: float  # the time of y0
+    method: str  # the method's name as reported ("optax" for a transformation)
+    level: float  # the confidence level of the intervals
+    base_scale: np.ndarray  # (times, observables) 1/noise or sqrt(weight), missing values
+    # not yet masked: what refits of new data (with their own missing values) start from
+    num_observed: int  # values that count: not missing and of weight > 0
+    noise_known: bool  # the noise was given, so s² = 1 rather than estimated
+
+
+class _Unknowns(NamedTuple):
+    """The fitted unknowns in their flat order, with their guesses and bounds."""
+
+    layout: Layout
+    guess: np.ndarray  # (unknowns,) float64 natural initial guesses
+    lower: np.ndarray  # (unknowns,) natural lower bounds, -inf where open
+    upper: np.ndarray  # (unknowns,) natural upper bounds, inf where open
+
+
+class _Observations(NamedTuple):
+    """The data as the residuals see them."""
+
+    ts: tuple[float, ...]  # simulation times: t0, then the data times (t0 once if it is one)
+    first_observed: int  # index in ts of the first data time
+    t0: float  # the time of y0: as given, else the first data time
+    values: np.ndarray  # (times, observables), NaN where missing
+    scale: np.ndarray  # (times, observables) 1/noise or sqrt(weight), 0 where missing
+    base_scale: np.ndarray  # the same before the missing values are masked
+
+
+def _setup(spec: FitSpec) -> FitSetup:
+    """Check every argument of a `ds.fit` call and assemble its problem and optimiser."""
+    solver = _check_arguments(spec)
+    data = as_data(spec.data, spec.noise, spec.weights)
+    y0 = _checked_y0(spec.y0)
+    dtype = y0.dtype
+    unknowns = _unknowns(spec, y0)
+    observed = _observations(spec, data, y0)
+    if solver.needs_dt and spec.dt is None:
+        raise ValueError(
+            f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
+            "interval between t0 and the data times)"
+        )
+    missing = np.isnan(observed.values)
+    problem = Problem(
+        model=spec.model,
+        y0=y0.ravel(),
+        # finite placeholders where a side is open, so that no inf meets a derivative
+        lower=jnp.asarray(np.where(np.isfinite(unknowns.lower), unknowns.lower, 0.0), dtype),
+        upper=jnp.asarray(np.where(np.isfinite(unknowns.upper), unknowns.upper, 1.0), dtype),
+        values=jnp.asarray(np.where(missing, 1.0, observed.values), dtype),
+        scale=jnp.asarray(observed.scale, dtype),
+        continuity=jnp.zeros(y0.size, dtype),
+        solver=solver,
+        layout=unknowns.layout,
+        ts=observed.ts,
+        first_observed=observed.first_observed,
+        y0_shape=tuple(y0.shape),
+        observe=spec.observe,
+        log_loss=spec.loss == "log",
+        dt=spec.dt,
+        max_steps=int(spec.max_steps),
+        events=_checked_events(spec.events, spec.model),
+        windows=((0, len(observed.ts) - 1),),
+        batched=False,
+        steps_per_save=None,
+    )
+    single = dtype == jnp.float32
+    rtol = (1e-5 if single else 1e-8) if spec.rtol is None else spec.rtol
+    atol = (1e-7 if single else 1e-10) if spec.atol is None else spec.atol
+    optimizer = _with_jac(_optimizer(spec.method, spec.max_iterations, rtol, atol), problem)
+    forward_only = not optimizer.is_optax and optimizer.method != "bfgs" and optimizer.jac == "fwd"
+    return FitSetup(
+        problem=dataclasses.replace(problem, forward_only=forward_only),
+        optimizer=optimizer,
+        guess=jnp.asarray(unknowns.guess, dtype),
+        data=data,
+        t0=observed.t0,
+        method=spec.method if isinstance(spec.method, str) else "optax",
+        level=spec.level,
+        base_scale=observed.base_scale,
+        # zero weights count as missing: neither residuals nor degrees of freedom
+        num_observed=int(np.sum(observed.scale > 0)),
+        noise_known=data.noise is not None,
+    )
+
+
+def _check_arguments(spec: FitSpec) -> AbstractSolver:
+    """The scalar options and the model and solver types; returns the solver (the default
+    when none was given)."""
+    if spec.key is not None:
+        check_key("key", spec.key)
+    if not isinstance(spec.model, AbstractODE):
+        raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(spec.model)}")
+    solver = Tsit5(rtol=1e-8, atol=1e-8) if spec.solver is None else spec.solver
+    check_solver("solver", solver)
+    if spec.loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {spec.loss!r}")
+    check_static_count("segments", spec.segments)
+    check_static_count("starts", spec.starts)
+    check_static_count("max_steps", spec.max_steps)
+    if not 0 < check_real("level", spec.level) < 1:
+        raise ValueError(f"level must be in (0, 1), got {spec.level}")
+    check_real("continuity_weight", spec.continuity_weight, positive=True)
+    for name, value in (("rtol", spec.rtol), ("atol", spec.atol)):
         if value is not None:
             check_real(name, value, nonnegative=True)
-    if rtol is not None and atol is not None and rtol == 0 and atol == 0:
+    if spec.rtol is not None and spec.atol is not None and spec.rtol == 0 and spec.atol == 0:
         raise ValueError("rtol and atol cannot both be 0: the fit could never converge")
-    if t0 is not None:
-        check_real("t0", t0)
-    data = as_data(data, noise, weights)
+    if spec.t0 is not None:
+        check_real("t0", spec.t0)
+    return solver
+
+
+def _checked_y0(y0) -> jax.Array:
+    """The initial state as one finite real array of float32 or float64."""
     y0 = as_state(y0)
     if isinstance(y0, (tuple, dict)) or isinstance(y0, eqx.Module):
         raise TypeError(
@@ -281,15 +333,20 @@ def _setup(
         )
     if not np.all(np.isfinite(np.asarray(y0))):
         raise ValueError("y0 holds NaN or inf; give a finite initial state (or guess)")
-    dtype = y0.dtype
+    return y0
+
+
+def _unknowns(spec: FitSpec, y0) -> _Unknowns:
+    """The fitted parameter entries, then the fitted initial-state components, each with its
+    guess, bounds and transform."""
+    model = spec.model
     flat_y0 = y0.ravel()
     state_labels = _state_labels(model, y0)
-
     fields, guesses, names, kinds, lows, highs = [], [], [], [], [], []
-    bounds = _checked_bounds(bounds)
-    selected, bounds_from_params = _select_params(model, params)
+    bounds = _checked_bounds(spec.bounds)
+    selected, bounds_from_params = _select_params(model, spec.params)
     bounds.update(bounds_from_params)
-    y0_indices = _select_state(initial_state, state_labels)
+    y0_indices = _select_state(spec.initial_state, state_labels)
     known = set(selected) | {f"y0[{state_labels[i]}]" for i in y0_indices}
     unknown_bounds = sorted(set(bounds) - known)
     if unknown_bounds:
@@ -324,10 +381,18 @@ def _setup(
                 f"({low:g}, {high:g}); start from a value inside them"
             )
         kinds.append(kind_of(low, high))
-    layout = Layout(tuple(names), tuple(fields), tuple(y0_indices), tuple(kinds))
+    return _Unknowns(
+        layout=Layout(tuple(names), tuple(fields), tuple(y0_indices), tuple(kinds)),
+        guess=np.asarray(guesses, dtype=np.float64),
+        lower=np.asarray(lows, dtype=np.float64),
+        upper=np.asarray(highs, dtype=np.float64),
+    )
 
-    if t0 is None:
-        t0 = float(data.ts[0])
+
+def _observations(spec: FitSpec, data: Data, y0) -> _Observations:
+    """The simulation times and the data values with their scales, checked against the model's
+    observables and the loss."""
+    t0 = float(data.ts[0]) if spec.t0 is None else spec.t0
     if not np.isfinite(t0) or t0 > data.ts[0]:
         raise ValueError(f"t0={t0} must be finite and not after the first data time {data.ts[0]:g}")
     first = 0 if t0 == data.ts[0] else 1
@@ -338,69 +403,52 @@ def _setup(
             "of y0) before the observation"
         )
     values = data.values.reshape(len(data.ts), -1)
-    _check_observe(model, y0, observe, values.shape[1], data)
+    _check_observe(spec.model, y0, spec.observe, values.shape[1], data)
     missing = np.isnan(values)
-    if loss == "log" and np.any(values[~missing] <= 0):
+    if spec.loss == "log" and np.any(values[~missing] <= 0):
         raise ValueError("loss='log' needs positive data, but some observed values are <= 0")
     if data.noise is not None:
-        scale = 1.0 / data.noise.reshape(values.shape)
+        base_scale = 1.0 / data.noise.reshape(values.shape)
     elif data.weights is not None:
-        scale = np.sqrt(data.weights.reshape(values.shape))
+        base_scale = np.sqrt(data.weights.reshape(values.shape))
     else:
-        scale = np.ones_like(values)
-    base_scale = scale  # before the missing values are masked: what refits of new data use
-    scale = np.where(missing, 0.0, scale)
-    _check_magnitude(values, scale, missing, dtype, loss)
-    if isinstance(solver, AbstractFixedStepSolver) and dt is None:
-        raise ValueError(
-            f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
-            "interval between t0 and the data times)"
-        )
-    guess = np.asarray(guesses, dtype=np.float64)
-    low_safe = np.where(np.isfinite(lows), lows, 0.0)
-    high_safe = np.where(np.isfinite(highs), highs, 1.0)
-    problem = Problem(
-        model=model,
-        y0=flat_y0,
-        lower=jnp.asarray(low_safe, dtype),
-        upper=jnp.asarray(high_safe, dtype),
-        values=jnp.asarray(np.where(missing, 1.0, values), dtype),
-        scale=jnp.asarray(scale, dtype),
-        continuity=jnp.zeros(flat_y0.shape, dtype),
-        solver=solver,
-        layout=layout,
-        ts=ts,
-        first_observed=first,
-        y0_shape=tuple(y0.shape),
-        observe=observe,
-        log_loss=loss == "log",
-        dt=dt,
-        max_steps=int(max_steps),
-        events=_checked_events(events, model),
-        windows=((0, len(ts) - 1),),
-        batched=False,
-        steps_per_save=None,
-    )
-    single = dtype == jnp.float32
-    rtol = (1e-5 if single else 1e-8) if rtol is None else rtol
-    atol = (1e-7 if single else 1e-10) if atol is None else atol
-    optimizer = _with_jac(_optimizer(method, max_iterations, rtol, atol), problem)
-    forward_only = not optimizer.is_optax and optimizer.method != "bfgs" and optimizer.jac == "fwd"
-    problem = dataclasses.replace(problem, forward_only=forward_only)
-    return dict(
-        problem=problem,
-        optimizer=optimizer,
-        guess=jnp.asarray(guess, dtype),
-        data=data,
-        noise_known=data.noise is not None,
-        level=level,
-        method=method if isinstance(method, str) else "optax",
-        t0=t0,
-        log_loss=loss == "log",
-        base_scale=base_scale,
-        # zero weights count as missing: neither residuals nor degrees of freedom
-        num_observed=int(np.sum(scale > 0)),
-    )
+        base_scale = np.ones_like(values)
+    scale = np.where(missing, 0.0, base_scale)
+    _check_magnitude(values, scale, missing, y0.dtype, spec.loss)
+    return _Observations(ts, first, t0, values, scale, base_scale)
+
+
+def _checked_events(events, model):
+    """`events` (or `events(model)`) checked: ds.Event(s) without terminal ones."""
+    if events is None:
+        return None
+    resolved = events
+    if callable(events) and not isinstance(events, Event):
+        import inspect
+
+        try:
+            takes_one = len(inspect.signature(events).parameters) == 1
+        except (TypeError, ValueError):
+            takes_one = True
+        if not takes_one:
+            raise TypeError(
+                "ds.fit: events as a function must map the model to its events "
+                "(events=lambda m: m.impacts()); for a condition (t, y) -> value, pass "
+                "events=ds.Event(condition, ...)"
+            )
+        resolved = events(model)
+        if resolved is None:
+            raise TypeError(
+                "ds.fit: the events function returned None; it must return a ds.Event or a "
+                "tuple of them"
+            )
+    for event in as_events(resolved):
+        if event.terminal:
+            raise ValueError(
+                "ds.fit: a terminal event stops the trajectory, leaving later data unexplained; "
+                "fit with events that reset (terminal=False) or end the data at the event"
+            )
+    return events
 
 
 def _checked_bounds(bounds) -> dict:
@@ -578,6 +626,13 @@ def _with_jac(optimizer: opt.Optimizer, problem: Problem) -> opt.Optimizer:
 # --- running ------------------------------------------------------------------------------------
 
 
+class _Stage(NamedTuple):
+    """One optimisation stage run from every start at once."""
+
+    optimum: opt.Optimum  # batched along a leading axis, one entry per start
+    p: jax.Array  # (starts, unknowns) the natural values of each optimum
+
+
 def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
     """The loss at the given guess (start 0) must be finite, else nothing was fitted."""
     if not np.isfinite(float(optimum.history[0, 0])):
@@ -591,14 +646,13 @@ def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
 
 
 @eqx.filter_jit
-def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> tuple[opt.Optimum, jax.Array]:
-    """Optimise from each start (natural values, one per row); returns the optima and their
-    natural values."""
+def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> _Stage:
+    """Optimise from each start (natural values, one per row)."""
 
     def one(p0):
         u0 = problem.unconstrained(p0)
         optimum = opt.optimize(lambda u: problem.residuals(problem.natural(u)), u0, optimizer)
-        return optimum, problem.natural(optimum.u)
+        return _Stage(optimum, problem.natural(optimum.u))
 
     if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
         return jax.tree.map(lambda x: x[None], one(p0s[0]))
@@ -620,22 +674,52 @@ def _start_points(problem: Problem, guess_p, starts: int, key):
     layout = problem.layout
     kinds = np.asarray(layout.kinds)
     k = layout.num_fitted
-    draws = jax.random.uniform(key, (starts - 1, k), guess_u.dtype, -1.0, 1.0)
-    positive = (kinds == "log") | (kinds == "upper-log")
+    shape = (starts - 1, k)
+    draws = jax.random.uniform(key, shape, guess_u.dtype, -1.0, 1.0)
+    positive = np.broadcast_to((kinds == "log") | (kinds == "upper-log"), shape)
+    logit = np.broadcast_to(kinds == "logit", shape)
     # log: u = log(p - lower) moves by ±log(10); logit: uniform in (0, 1) through the logit
-    u_log = guess_u + draws * jnp.log(10.0).astype(guess_u.dtype)
+    u_log = guess_u[None] + draws * jnp.log(10.0).astype(guess_u.dtype)
     fraction = jnp.clip((draws + 1) / 2, 1e-6, 1 - 1e-6)
     u_logit = jnp.log(fraction) - jnp.log1p(-fraction)
-    u_plain = guess_p + draws * jnp.maximum(jnp.abs(guess_p), 1.0)
-    drawn = jnp.where(positive, u_log, jnp.where(kinds == "logit", u_logit, u_plain))
+    u_plain = guess_p[None] + draws * jnp.maximum(jnp.abs(guess_p), 1.0)[None]
+    drawn = jnp.where(positive, u_log, jnp.where(logit, u_logit, u_plain))
     return jnp.concatenate([guess_p[None], jax.vmap(problem.natural)(drawn)])
+
+
+def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dict, int]:
+    """Multiple shooting from every start; returns the single-shooting starts it leads to,
+    the stage's summary (`FitResult.shooting`) and the simulations it ran."""
+    problem = setup.problem
+    shooting_problem = _shooting_problem(problem, spec.segments, spec.continuity_weight)
+    shooting_optimizer = _with_jac(setup.optimizer, shooting_problem)
+    shooting_problem = dataclasses.replace(
+        shooting_problem,
+        forward_only=problem.forward_only and shooting_optimizer.jac == "fwd",
+    )
+    nodes = _initial_nodes(problem, shooting_problem, setup.guess)
+    stage = _run(
+        shooting_problem,
+        jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
+        shooting_optimizer,
+    )
+    _check_guess(stage.optimum, problem)
+    solves = int(jnp.sum(stage.optimum.evaluations)) * len(shooting_problem.windows)
+    defects = largest_defects(shooting_problem, stage.p)
+    best = _best(stage.optimum)
+    summary = dict(
+        segments=spec.segments,
+        iterations=int(stage.optimum.steps[best]),
+        loss=float(stage.optimum.loss[best]),
+        converged=bool(stage.optimum.code[best] == FIT_RESULTS.converged),
+        max_defect=float(defects[best]),
+    )
+    return stage.p[:, : problem.layout.size], summary, solves
 
 
 def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
     spans = windows(len(problem.ts), segments)
-    batched, steps_per_save = batchable_windows(
-        problem.ts, spans, problem.solver, problem.dt, type(problem.solver).__name__
-    )
+    batched, steps_per_save = batchable_windows(problem.ts, spans, problem.solver, problem.dt)
     n = problem.y0.size
     layout = dataclasses.replace(problem.layout, num_nodes=(segments - 1) * n)
     return dataclasses.replace(
@@ -684,140 +768,87 @@ def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
     return jnp.asarray(np.concatenate(nodes), problem.y0.dtype)
 
 
-@eqx.filter_jit
-def trajectory(problem: Problem, p):
-    """The states at every simulation time of `problem` for the natural unknowns `p` (window
-    starts, if any, included), shape (times, state size)."""
-    model, y0, nodes = problem.assemble(p)
-    states, _ = problem.states(model, y0, nodes)
-    return states
-
-
-@eqx.filter_jit
-def _defects(problem: Problem, p_batch):
-    """The largest continuity defect of each multiple-shooting solution in the batch."""
-
-    def one(p):
-        model, y0, nodes = problem.assemble(p)
-        _, defects = problem.states(model, y0, nodes)
-        return jnp.max(jnp.abs(defects))
-
-    return jax.vmap(one)(p_batch)
-
-
 # --- the result ---------------------------------------------------------------------------------
 
 
-@eqx.filter_jit
-def _at_optimum(problem: Problem, p, jac: str):
-    """Residual Jacobian and the predictions at `p`, in one compiled program."""
-
-    def residuals(q):  # the residuals, and (them, the predictions) as auxiliary outputs
-        model, y0, nodes = problem.assemble(q)
-        states, _ = problem.states(model, y0, nodes)
-        observed = problem.observed(states)
-        r = problem.data_residuals(observed)
-        return r.ravel(), (r, observed)
-
-    jacobian, (r, observed) = (jax.jacfwd if jac == "fwd" else jax.jacrev)(residuals, has_aux=True)(
-        p
-    )
-    return jacobian, observed, r
-
-
-@eqx.filter_jit
-def loss_hessian(problem: Problem, p, jac: str):
-    """The Hessian of half the loss at `p` (natural coordinates)."""
-    if jac == "fwd":
-        # H = JᵀJ + Σ rᵢ ∇²rᵢ, forward over forward (faster to compile than reverse mode); the
-        # inner pass's value and Jacobian come out of the outer pass as auxiliary outputs.
-        def first(q):
-            jacobian, r = jax.jacfwd(
-                lambda x: (lambda y: (y, y))(problem.residuals(x)), has_aux=True
-            )(q)
-            return jacobian, (jacobian, r)
-
-        second, (jacobian, r) = jax.jacfwd(first, has_aux=True)(p)
-        return jacobian.T @ jacobian + jnp.einsum("i,ijk->jk", r, second)
-    return jax.hessian(lambda q: 0.5 * jnp.sum(problem.residuals(q) ** 2))(p)
-
-
-def _result(problem, final, p_final, best, setup, shooting, solves, start_time) -> FitResult:
-    data: Data = setup["data"]
-    layout = problem.layout
-    names = layout.names
-    p = p_final[best]
-    jacobian, predictions, residuals = _at_optimum(problem, p, setup["optimizer"].jac)
+def _result(
+    setup: FitSetup, final: _Stage, *, shooting: dict | None, solves: int, start_time: float
+) -> FitResult:
+    problem, data, optimum = setup.problem, setup.data, final.optimum
+    names = problem.layout.names
+    best = _best(optimum)
+    p = final.p[best]
+    jacobian, predictions, residuals = at_optimum(problem, p, setup.optimizer.jac)
     loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
-    code = int(final.code[best])
+    code = FIT_RESULTS(int(optimum.code[best]))
+    converged = code == FIT_RESULTS.converged
     stats = analyse(
         jacobian,
         p,
-        loss,
-        setup["num_observed"],
-        setup["noise_known"],
-        setup["level"],
-        names,
-        at_optimum=code == opt.CONVERGED,
+        loss=loss,
+        num_observed=setup.num_observed,
+        noise_known=setup.noise_known,
+        level=setup.level,
+        names=names,
+        at_optimum=converged,
     )
     model, y0, _ = problem.assemble(p)
     predictions = np.asarray(predictions)
     residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
-    p_all = np.asarray(p_final)
-    notes = _at_bounds(problem, np.asarray(p, np.float64), np.asarray(setup["guess"]))
-    notes += stats["notes"]
-    if code != opt.CONVERGED:
-        notes.insert(0, f"the fit did not converge: {opt.REASONS[code]}")
+    p_all = np.asarray(final.p)
+    p_np = np.asarray(p, np.float64)
+    notes = _at_bounds(problem, p_np, np.asarray(setup.guess)) + stats.notes
+    if not converged:
+        notes.insert(0, f"the fit did not converge: {code.message}")
     if shooting is not None and not shooting["converged"]:
         notes.insert(
             0,
             "the multiple-shooting stage did not converge; the refinement started "
             "from its last iterate",
         )
-    history = np.asarray(final.history[best])
-    p_np = np.asarray(p, np.float64)
+    history = np.asarray(optimum.history[best])
     return FitResult(
         model=model,
         y0=y0.reshape(problem.y0_shape),
         names=names,
         params={n: float(v) for n, v in zip(names, p_np)},
-        stderr={n: float(v) for n, v in zip(names, stats["stderr"])},
+        stderr={n: float(v) for n, v in zip(names, stats.stderr)},
         confidence_intervals={
-            n: (float(lo), float(hi)) for n, lo, hi in zip(names, stats["lower"], stats["upper"])
+            n: (float(lo), float(hi)) for n, lo, hi in zip(names, stats.lower, stats.upper)
         },
-        level=setup["level"],
-        covariance=stats["covariance"],
-        correlation=stats["correlation"],
-        noise_variance=stats["noise_variance"],
-        dof=stats["dof"],
-        num_observed=setup["num_observed"],
-        converged=code == opt.CONVERGED,
-        reason=opt.REASONS[code],
-        iterations=int(final.steps[best]),
+        level=setup.level,
+        covariance=stats.covariance,
+        correlation=stats.correlation,
+        noise_variance=stats.noise_variance,
+        dof=stats.dof,
+        num_observed=setup.num_observed,
+        converged=converged,
+        reason=code.message,
+        iterations=int(optimum.steps[best]),
         num_solves=solves,
         loss=loss,
         loss_history=history[np.isfinite(history)],
         residuals=residuals.reshape(data.values.shape),
         predictions=predictions.reshape(data.values.shape),
         starts=dict(
-            loss=np.asarray(final.loss),
-            converged=np.asarray(final.code) == opt.CONVERGED,
+            loss=np.asarray(optimum.loss),
+            converged=np.asarray(optimum.code) == FIT_RESULTS.converged,
             params={n: p_all[:, i] for i, n in enumerate(names)},
         ),
         best_start=best,
         shooting=shooting,
         warnings=tuple(notes),
-        method=setup["method"],
+        method=setup.method,
         data=data,
-        t0=setup["t0"],
+        t0=setup.t0,
         seconds=time.perf_counter() - start_time,
         _problem=problem,
-        _settings=dict(
-            noise_known=setup["noise_known"],
-            log_loss=setup["log_loss"],
-            base_scale=setup["base_scale"],
-            optimizer=setup["optimizer"],
-            guess=setup["guess"],
+        _settings=FitSettings(
+            optimizer=setup.optimizer,
+            guess=setup.guess,
+            base_scale=setup.base_scale,
+            noise_known=setup.noise_known,
+            log_loss=problem.log_loss,
         ),
     )
 
@@ -846,15 +877,3 @@ def _at_bounds(problem: Problem, p, guess) -> list[str]:
                     "assume an optimum inside the bounds"
                 )
     return notes
-
-
-def fine_times(problem: Problem, points: int) -> np.ndarray:
-    """About `points` times from t0 to the last data time on which the model can be simulated
-    (multiples of dt for a fixed-step solver)."""
-    t0, t1 = problem.ts[0], problem.ts[-1]
-    if isinstance(problem.solver, AbstractFixedStepSolver):
-        total = int(round((t1 - t0) / problem.dt))
-        stride = max(1, total // points)
-        count = total // stride
-        return t0 + problem.dt * stride * np.arange(count + 1)
-    return np.linspace(t0, t1, points)

@@ -7,7 +7,8 @@ batched with `vmap`). The optimistix solvers are stepped here rather than throug
 """
 
 import dataclasses
-from typing import Any
+import enum
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -17,16 +18,35 @@ from jax import lax
 
 METHODS = ("lm", "gauss-newton", "bfgs")
 
-# How an optimisation ended (`Optimum.code`).
-CONVERGED, MAX_STEPS, NONFINITE, FAILED = 0, 1, 2, 3
-REASONS = {
-    CONVERGED: "converged: the step and the change of the loss fell below rtol/atol",
-    MAX_STEPS: (
+
+class FIT_RESULTS(enum.IntEnum):
+    """How an optimisation ended; `Optimum.code` holds these values as an int array.
+
+    `converged` (0), `max_iterations_reached` (1), `nonfinite_iterate` (2), `optimizer_failed`
+    (3). `FIT_RESULTS(code).message` says what happened and what to do (`FitResult.reason`)."""
+
+    converged = 0
+    max_iterations_reached = 1
+    nonfinite_iterate = 2
+    optimizer_failed = 3
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    FIT_RESULTS.converged: "converged: the step and the change of the loss fell below rtol/atol",
+    FIT_RESULTS.max_iterations_reached: (
         "stopped after max_iterations iterations before converging: raise max_iterations or "
         "improve the guess"
     ),
-    NONFINITE: "the iterate became non-finite (the model could not be simulated there)",
-    FAILED: "the optimiser failed (e.g. a singular linear solve); try method='lm'",
+    FIT_RESULTS.nonfinite_iterate: (
+        "the iterate became non-finite (the model could not be simulated there)"
+    ),
+    FIT_RESULTS.optimizer_failed: (
+        "the optimiser failed (e.g. a singular linear solve); try method='lm'"
+    ),
 }
 
 
@@ -63,7 +83,7 @@ class Optimum(eqx.Module):
     # evaluated up to step i; NaN after the last step
     steps: jax.Array  # iterations taken
     evaluations: jax.Array  # residual evaluations (simulations), Jacobians not counted
-    code: jax.Array  # CONVERGED, MAX_STEPS, NONFINITE or FAILED
+    code: jax.Array  # a FIT_RESULTS value
 
 
 def optimize(residual_fn, u0, optimizer: Optimizer) -> Optimum:
@@ -82,6 +102,17 @@ def _solver(optimizer: Optimizer):
     if optimizer.method == "bfgs":
         return optx.BFGS(rtol=rtol, atol=atol), False
     raise ValueError(f"unknown method {optimizer.method!r}; choose one of {METHODS} or optax")
+
+
+class _OptimistixState(NamedTuple):
+    """The carry of the optimistix loop."""
+
+    u: jax.Array  # the current iterate, unconstrained coordinates
+    solver_state: Any  # the array leaves of the optimistix solver's state (static part apart)
+    step: jax.Array  # iterations taken so far
+    history: jax.Array  # (max_steps + 1,) best loss after each step, NaN ahead of the loop
+    done: jax.Array  # the solver terminated (converged or failed)
+    code: jax.Array  # the FIT_RESULTS value the loop ends with, if it ends now
 
 
 def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
@@ -103,31 +134,44 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
     # compiled program.
     history = jnp.full(optimizer.max_steps + 1, jnp.nan, u0.dtype)
 
-    def cond(carry):
-        u, dynamic, step, history, done, code = carry
-        return ~done & (step < optimizer.max_steps)
+    def cond(carry: _OptimistixState):
+        return ~carry.done & (carry.step < optimizer.max_steps)
 
-    def body(carry):
-        u, dynamic, step, history, done, code = carry
-        state = eqx.combine(static, dynamic)
-        u, state, loss = solver.step(fn, u, None, options, state, tags)
+    def body(carry: _OptimistixState) -> _OptimistixState:
+        step = carry.step
+        state = eqx.combine(static, carry.solver_state)
+        u, state, loss = solver.step(fn, carry.u, None, options, state, tags)
         terminate, result = solver.terminate(fn, u, None, options, state, tags)
-        previous = jnp.where(step > 0, history[jnp.maximum(step - 1, 0)], jnp.inf)
-        history = history.at[step].set(jnp.fmin(previous, loss))
+        previous = jnp.where(step > 0, carry.history[jnp.maximum(step - 1, 0)], jnp.inf)
+        history = carry.history.at[step].set(jnp.fmin(previous, loss))
         finite = jnp.all(jnp.isfinite(u))
+        succeeded = result == optx.RESULTS.successful
         code = jnp.where(
             ~finite,
-            NONFINITE,
-            jnp.where(result == optx.RESULTS.successful, CONVERGED, FAILED),
+            FIT_RESULTS.nonfinite_iterate,
+            jnp.where(succeeded, FIT_RESULTS.converged, FIT_RESULTS.optimizer_failed),
         )
-        done = terminate | ~finite | (result != optx.RESULTS.successful)
-        return u, eqx.filter(state, eqx.is_array), step + 1, history, done, code
+        return _OptimistixState(
+            u=u,
+            solver_state=eqx.filter(state, eqx.is_array),
+            step=step + 1,
+            history=history,
+            done=terminate | ~finite | ~succeeded,
+            code=code,
+        )
 
-    carry = (u0, dynamic, jnp.array(0), history, jnp.array(False), jnp.array(CONVERGED))
-    u, dynamic, steps, history, done, code = lax.while_loop(cond, body, carry)
-    code = jnp.where(done, code, MAX_STEPS)
-    loss = history[jnp.maximum(steps - 1, 0)]
-    return Optimum(u, loss, history, steps, steps, code)
+    init = _OptimistixState(
+        u=u0,
+        solver_state=dynamic,
+        step=jnp.array(0),
+        history=history,
+        done=jnp.array(False),
+        code=jnp.array(FIT_RESULTS.converged),
+    )
+    final = lax.while_loop(cond, body, init)
+    code = jnp.where(final.done, final.code, FIT_RESULTS.max_iterations_reached)
+    loss = final.history[jnp.maximum(final.step - 1, 0)]
+    return Optimum(final.u, loss, final.history, final.step, final.step, code)
 
 
 def _match_dtype(state, dtype):
@@ -143,32 +187,51 @@ def _match_dtype(state, dtype):
     return jax.tree.map(cast, state)
 
 
+class _OptaxState(NamedTuple):
+    """The carry of the optax loop."""
+
+    u: jax.Array  # the current iterate, unconstrained coordinates
+    transform_state: Any  # the optax transformation's state
+    best_u: jax.Array  # the iterate with the smallest loss so far
+    best_loss: jax.Array  # its loss (inf until a finite one is seen)
+    best_gradient: jax.Array  # the largest absolute gradient entry there
+
+
 def _optimize_optax(residual_fn, u0, optimizer: Optimizer) -> Optimum:
     transform = optimizer.method
 
     def loss_fn(u):
         return jnp.sum(residual_fn(u) ** 2)
 
-    def step(carry, _):
-        u, opt_state, best_u, best, best_grad = carry
+    def step(carry: _OptaxState, _):
+        u = carry.u
         loss, grad = jax.value_and_grad(loss_fn)(u)
-        better = loss < best  # NaN never counts as better
-        best_u = jnp.where(better, u, best_u)
-        best = jnp.where(better, loss, best)
-        best_grad = jnp.where(better, jnp.max(jnp.abs(grad)), best_grad)
-        updates, opt_state = transform.update(grad, opt_state, u)
-        return (u + updates, opt_state, best_u, best, best_grad), best
+        better = loss < carry.best_loss  # NaN never counts as better
+        best_loss = jnp.where(better, loss, carry.best_loss)
+        updates, transform_state = transform.update(grad, carry.transform_state, u)
+        return _OptaxState(
+            u=u + updates,
+            transform_state=transform_state,
+            best_u=jnp.where(better, u, carry.best_u),
+            best_loss=best_loss,
+            best_gradient=jnp.where(better, jnp.max(jnp.abs(grad)), carry.best_gradient),
+        ), best_loss
 
     # optax mixes its int32 step count with floats; under JAX's strict dtype promotion that
     # would fail inside optax, so its updates are traced with standard promotion.
     with jax.numpy_dtype_promotion("standard"):
         inf = jnp.asarray(jnp.inf, u0.dtype)
-        init = (u0, transform.init(u0), u0, inf, inf)
-        (_, _, u, loss, grad), history = lax.scan(step, init, None, length=optimizer.max_steps)
+        init = _OptaxState(u0, transform.init(u0), u0, inf, inf)
+        final, history = lax.scan(step, init, None, length=optimizer.max_steps)
+    u, loss, grad = final.best_u, final.best_loss, final.best_gradient
     # An optax run spends its whole step budget; it counts as converged when the gradient at the
     # best point is small against the loss (no step rule of its own decides this).
     small = grad <= optimizer.atol + 1e-3 * (1.0 + loss)
-    code = jnp.where(jnp.isfinite(loss), jnp.where(small, CONVERGED, MAX_STEPS), NONFINITE)
+    code = jnp.where(
+        jnp.isfinite(loss),
+        jnp.where(small, FIT_RESULTS.converged, FIT_RESULTS.max_iterations_reached),
+        FIT_RESULTS.nonfinite_iterate,
+    )
     steps = jnp.array(optimizer.max_steps)
     history = jnp.concatenate([history, jnp.full(1, jnp.nan, u0.dtype)])
     return Optimum(u, loss, history, steps, steps, code)

@@ -22,7 +22,6 @@ from .._integrate.simulate import simulate
 from .._integrate.time_grid import plan_fixed_steps
 from .._model import AbstractODE
 from .._parameter import parameter_constraints
-from .._solver.base import AbstractFixedStepSolver
 
 IDENTITY, LOWER, UPPER, BOTH = "identity", "log", "upper-log", "logit"
 
@@ -150,7 +149,7 @@ class Problem(eqx.Module):
     def _solve(self, model, y0, ts, *, steps_per_save=None):
         dt = None if steps_per_save is not None else self.dt
         options = {}
-        if self.forward_only and not isinstance(self.solver, AbstractFixedStepSolver):
+        if self.forward_only and self.solver.adaptive:
             options["adjoint"] = diffrax.ForwardMode()
         solution = simulate(
             model,
@@ -203,7 +202,8 @@ class Problem(eqx.Module):
         model, y0, nodes = self.assemble(p)
         states, defects = self.states(model, y0, nodes)
         data = self.data_residuals(self.observed(states)).ravel()
-        return jnp.concatenate([data, (defects * self.continuity).ravel()])
+        weighted = defects * self.continuity[None]  # (windows - 1, n) by (n,): broadcast explicitly
+        return jnp.concatenate([data, weighted.ravel()])
 
 
 def windows(num_times: int, segments: int) -> tuple[tuple[int, int], ...]:
@@ -218,16 +218,16 @@ def windows(num_times: int, segments: int) -> tuple[tuple[int, int], ...]:
     return tuple((int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]))
 
 
-def batchable_windows(ts, spans, solver, dt, name) -> tuple[bool, int | None]:
+def batchable_windows(ts, spans, solver, dt) -> tuple[bool, int | None]:
     """Whether the shooting windows share one relative time grid (then they are solved in one
     vmapped solve), and the static steps per output interval a fixed-step solver then needs."""
     grids = [np.asarray(ts[a : b + 1]) - ts[a] for a, b in spans]
     first = grids[0]
     if not all(g.shape == first.shape and np.allclose(g, first, rtol=1e-9, atol=0) for g in grids):
         return False, None
-    if not isinstance(solver, AbstractFixedStepSolver):
+    if not solver.needs_dt:
         return True, None
-    plan = plan_fixed_steps(grids[0], dt, None, name)
+    plan = plan_fixed_steps(grids[0], dt, None, type(solver).__name__)
     if plan.steps is not None:  # unequal counts per interval: solve the windows one by one
         return False, None
     return True, plan.steps_per_save

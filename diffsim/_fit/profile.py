@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validate import check_real
+from .._validate import check_real, check_static_count
 from . import optimize as opt
+from .optimize import FIT_RESULTS
 from .result import FitResult
 from .uncertainty import chi2_quantile_1dof
 
@@ -87,9 +88,7 @@ def profile(
         raise TypeError(f"profile takes the ds.FitResult of ds.fit, got {type(result).__name__}")
     if name not in result.names:
         raise ValueError(f"{name!r} is not a fitted unknown; the fit has: {list(result.names)}")
-    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or points < 3:
-        raise ValueError(f"points must be an int >= 3, got {points!r}")
-    points = int(points)
+    points = check_static_count("points", points, minimum=3)
     level = result.level if level is None else check_real("level", level)
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
@@ -104,17 +103,17 @@ def profile(
     problem = result._problem
     j = result.names.index(name)
     estimate = result.params[name]
-    values = _grid(result, problem, j, estimate, points, span, range)
+    values = _grid(result, j, points, span, range)
     p_hat = jnp.asarray([result.params[n] for n in result.names], problem.y0.dtype)
     grid = jnp.asarray(values, problem.y0.dtype)
     fixed_u = jax.vmap(lambda v: problem.unconstrained(p_hat.at[j].set(v))[j])(grid)
     rest_u = jnp.delete(problem.unconstrained(p_hat), j)
-    optimizer = result._settings["optimizer"]
+    optimizer = result._settings.optimizer
     optimum = _profile_run(problem, rest_u, fixed_u, j, optimizer)
     loss = np.asarray(optimum.loss, np.float64)
     best = min(result.loss, float(np.nanmin(loss)))
     n = result.num_observed
-    if result._settings["noise_known"]:
+    if result._settings.noise_known:
         deviance = loss - best
     else:
         deviance = n * np.log(loss / best)
@@ -132,12 +131,15 @@ def profile(
         threshold=threshold,
         level=level,
         interval=interval,
-        converged=np.asarray(optimum.code) == opt.CONVERGED,
+        converged=np.asarray(optimum.code) == FIT_RESULTS.converged,
         wald=result.confidence_intervals[name],
     )
 
 
-def _grid(result, problem, j, estimate, points, span, range):
+def _grid(result: FitResult, j: int, points: int, span: float, range) -> np.ndarray:
+    """The profiled values of unknown `j`: `range`, else the estimate ± span standard errors,
+    kept strictly inside its bounds."""
+    problem, estimate = result._problem, result.params[result.names[j]]
     if range is not None:
         low, high = float(range[0]), float(range[1])
         if not low < high:

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._validate import check_real
 from . import optimize as opt
+from .optimize import FIT_RESULTS
 from .result import FitResult
 from .uncertainty import quantile
 
@@ -86,21 +87,21 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
         raise ValueError("loss='log' needs positive data, but some values are <= 0")
     dtype = problem.y0.dtype
     # the replicate's own missing values decide what counts (not the original data's)
-    base = np.asarray(result._settings["base_scale"]).reshape(problem.values.shape)
+    base = np.asarray(result._settings.base_scale).reshape(problem.values.shape)
     scale_np = np.where(missing, 0.0, base[None])
     scale = jnp.asarray(scale_np, dtype)
     data = jnp.asarray(np.where(missing, 1.0, flat), dtype)
     if start == "guess":
-        p0 = result._settings["guess"]
+        p0 = result._settings.guess
     else:
         p0 = jnp.asarray([result.params[n] for n in result.names], dtype)
     u0 = problem.unconstrained(p0)
-    optimizer = result._settings["optimizer"]
+    optimizer = result._settings.optimizer
     p, loss, code, jacobians = _refit_run(problem, data, scale, u0, optimizer)
     counts = np.sum(scale_np > 0, axis=tuple(range(1, missing.ndim)))
     p, loss, jacobians = np.asarray(p), np.asarray(loss), np.asarray(jacobians)
     stderr = np.full_like(p, np.nan)
-    noise_known = result._settings["noise_known"]
+    noise_known = result._settings.noise_known
     lower, upper = np.full_like(p, np.nan), np.full_like(p, np.nan)
     for r in range(p.shape[0]):  # small k x k algebra per replicate, in float64
         dof = int(counts[r]) - p.shape[1]
@@ -116,7 +117,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
         params={n: p[:, i] for i, n in enumerate(names)},
         stderr={n: stderr[:, i] for i, n in enumerate(names)},
         intervals={n: np.stack([lower[:, i], upper[:, i]], 1) for i, n in enumerate(names)},
-        converged=np.asarray(code) == opt.CONVERGED,
+        converged=np.asarray(code) == FIT_RESULTS.converged,
         loss=loss,
         level=result.level,
     )

@@ -1,12 +1,32 @@
 """`FitResult`: what `ds.fit` returns, with its summary table, figure and JSON form."""
 
 import dataclasses
+import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import Data
+from .data import Data, FitWarning
+from .evaluate import fine_times, loss_hessian, trajectory
+from .optimize import Optimizer
+from .plot import fit as _plot_fit
+from .problem import Problem
+from .uncertainty import laplace_covariance
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitSettings:
+    """What a fit's later uses (`ds.profile`, `ds.refit`, the Laplace covariance, the summary)
+    reuse of how it was set up."""
+
+    optimizer: Optimizer  # the final stage's method, budget, tolerances and Jacobian mode
+    guess: jax.Array  # the natural initial guess of the fitted unknowns
+    base_scale: np.ndarray  # (times, observables) 1/noise or sqrt(weight) before the missing
+    # values were masked: refits of new data mask their own
+    noise_known: bool  # the noise was given (s² = 1), else estimated from the residuals
+    log_loss: bool  # residuals are differences of logarithms
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -60,8 +80,8 @@ class FitResult:
     data: Data
     t0: float
     seconds: float
-    _problem: Any = dataclasses.field(repr=False)
-    _settings: dict = dataclasses.field(repr=False)
+    _problem: Problem = dataclasses.field(repr=False)
+    _settings: FitSettings = dataclasses.field(repr=False)
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -70,13 +90,8 @@ class FitResult:
         residuals included); computed on first access (it costs second-order derivatives of
         the solve). NaN, with a `ds.FitWarning`, where H is not positive definite."""
         if "laplace" not in self._cache:
-            import warnings
-
-            from .fit import FitWarning, loss_hessian
-            from .uncertainty import laplace_covariance
-
             p = jnp.asarray([self.params[n] for n in self.names], self._problem.y0.dtype)
-            hessian = loss_hessian(self._problem, p, self._settings["optimizer"].jac)
+            hessian = loss_hessian(self._problem, p, self._settings.optimizer.jac)
             covariance, note = laplace_covariance(hessian, self.noise_variance)
             if note is not None:
                 warnings.warn(note, FitWarning, stacklevel=2)
@@ -86,7 +101,7 @@ class FitResult:
     def summary(self) -> str:
         """A text table of the fitted values, standard errors and intervals, with the fit's
         diagnostics and warnings."""
-        sigma = "given noise" if self._settings["noise_known"] else "noise estimated"
+        sigma = "given noise" if self._settings.noise_known else "noise estimated"
         lines = [
             f"fit of {type(self.model).__name__}: {self.method}, "
             f"{'converged' if self.converged else 'NOT converged'} ({self.reason})",
@@ -164,20 +179,16 @@ class FitResult:
     @property
     def log_loss(self) -> bool:
         """Whether residuals are differences of logarithms (`ds.fit(..., loss="log")`)."""
-        return bool(self._settings["log_loss"])
+        return self._settings.log_loss
 
     def plot(self, *, points: int = 400):
         """Data, the fitted curve and the residuals, one column per observable; returns the
         matplotlib figure (`ds.plot.fit`)."""
-        from .._plot import fit
-
-        return fit(self, points=points)
+        return _plot_fit(self, points=points)
 
     def curve(self, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
         """The fitted model's observables on a fine grid from t0 to the last data time:
         (times, values of shape (times, observables))."""
-        from .fit import fine_times, trajectory
-
         problem = self._problem
         ts = fine_times(problem, points)
         fine = dataclasses.replace(

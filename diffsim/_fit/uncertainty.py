@@ -15,6 +15,7 @@ At the optimum p̂ of S(p) = Σ rᵢ(p)² (residuals already divided by the nois
 import functools
 import math
 import statistics
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,7 +141,23 @@ def laplace_covariance(hessian, noise_variance: float) -> tuple[np.ndarray, str 
     )
 
 
-def analyse(jacobian, p, loss, num_observed, noise_known, level, names, at_optimum=True) -> dict:
+class Uncertainty(NamedTuple):
+    """What `analyse` finds at a fit's result (NumPy, float64, in the order of the unknowns)."""
+
+    covariance: np.ndarray  # (k, k) Fisher covariance s² (JᵀJ)⁻¹
+    stderr: np.ndarray  # (k,) standard errors, the square roots of its diagonal
+    lower: np.ndarray  # (k,) lower ends of the Wald intervals
+    upper: np.ndarray  # (k,) upper ends
+    correlation: np.ndarray  # (k, k)
+    noise_variance: float  # s²: 1 when the noise is known, NaN without degrees of freedom
+    dof: int  # observed values − unknowns
+    quantile: float  # the normal or Student's t quantile of the intervals
+    notes: list[str]  # identifiability and other warnings, in the order they were found
+
+
+def analyse(
+    jacobian, p, *, loss, num_observed, noise_known, level, names, at_optimum=True
+) -> Uncertainty:
     """Fisher covariance, standard errors, intervals and identifiability notes (NumPy)."""
     jacobian = np.asarray(jacobian, np.float64)
     p = np.asarray(p, np.float64)
@@ -176,7 +193,7 @@ def analyse(jacobian, p, loss, num_observed, noise_known, level, names, at_optim
                 f"{name}: its standard error exceeds its value ({100 * r:.0f}%); the data "
                 "constrain it weakly (see ds.profile for a likelihood-based interval)"
             )
-    return dict(
+    return Uncertainty(
         covariance=fisher,
         stderr=stderr,
         lower=p - q * stderr,
