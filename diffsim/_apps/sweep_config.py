@@ -115,7 +115,7 @@ def sweep_arguments(config: dict) -> dict:
     else:
         axes = _samples(config["samples"], jax, ds)
     solver = solver_from(config["solver"])
-    if "max_steps" in config and isinstance(solver, ds.AbstractFixedStepSolver):
+    if "max_steps" in config and solver.needs_dt:
         raise SweepConfigError(
             f"max_steps bounds the steps of an adaptive solver; {type(solver).__name__} takes "
             "a fixed step (dt): remove max_steps"

@@ -3,10 +3,11 @@
 `initialize` wraps `jax.distributed.initialize`. After it, `jax.process_index()` and
 `jax.process_count()` say which share of a sweep's chunks this process computes; every process
 writes its own chunks to the shared store. The only collective a sweep needs is
-`any_process_failed`, after each step that processes do on their own (it also serves as the
-barrier between them).
+`any_process_failed`, after each step that processes do on their own (`shared_failure`; it also
+serves as the barrier between them).
 """
 
+import contextlib
 import dataclasses
 import os
 
@@ -97,3 +98,21 @@ def any_process_failed(failed: bool) -> bool:
     from jax.experimental import multihost_utils
 
     return bool(np.any(multihost_utils.process_allgather(np.array([int(failed)]))))
+
+
+@contextlib.contextmanager
+def shared_failure(what: str):
+    """Run a step of a sweep that each process does on its own; then every process learns
+    whether any failed, and raises if so (the one that failed re-raises its own error), so that
+    no process is left waiting for the others."""
+    try:
+        yield
+    except Exception:
+        any_process_failed(True)
+        raise
+    if any_process_failed(False):
+        raise RuntimeError(
+            f"another process of this sweep failed while {what} (its own log has the error); "
+            "the chunks finished so far are kept in the store: fix the cause and run again to "
+            "resume"
+        )
