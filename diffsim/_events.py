@@ -1,8 +1,9 @@
 """`ds.Event`: something that happens when a scalar function of the state crosses zero.
 
 This module holds the event description and the rules shared by the fixed-step and the adaptive
-event loops (`_event_solve.py`): which sign changes count as a crossing, how a state just after an
-event is kept from firing the same event again, and the per-event records a `Solution` reports.
+event loops (`_integrate/event_loop.py`, `_integrate/adaptive.py`): which sign changes count as
+a crossing, how a state just after an event is kept from firing the same event again, what a
+firing does (`EventTable`), and the per-event records a `Solution` reports.
 """
 
 from collections.abc import Callable
@@ -11,7 +12,9 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from ._results import RESULTS
+from ._validate import all_finite, is_count
 
 
 class Event(eqx.Module):
@@ -73,11 +76,7 @@ class Event(eqx.Module):
                 "Event: a terminal event stops the trajectory, so it cannot also reset it; pass "
                 "terminal=False (the default with reset) to restart from reset(t, y)"
             )
-        if (
-            isinstance(max_events, bool)
-            or not isinstance(max_events, (int, np.integer))
-            or max_events < 1
-        ):
+        if not is_count(max_events) or max_events < 1:
             raise ValueError(f"Event: max_events must be an int >= 1, got {max_events!r}")
         if terminal and max_events != 1:
             raise ValueError("Event: a terminal event occurs once; leave max_events at 1")
@@ -228,3 +227,83 @@ class Records(eqx.Module):
         if single:
             return times[0], states[0], counts[0]
         return times, states, counts
+
+
+class EventTable(eqx.Module):
+    """The rules both event loops of `simulate` (fixed-step and adaptive) follow, so that the
+    two fire, stop, reset and count alike: which events are watched, what a firing does, when a
+    reset event is past its limit, the values the next crossing test starts from, and how many
+    times the integration can restart.
+
+    Built once per solve from the (static) events; the flags are arrays so that the loops
+    index them with the traced number of the event that fired."""
+
+    events: tuple  # the ds.Event modules (their callables are static, their arrays traced)
+    terminal: Any  # bool (n,): the event stops the trajectory
+    resets: Any  # bool (n,): the event has a reset
+    limits: Any  # int32 (n,): max_events
+
+    def __init__(self, events: tuple):
+        self.events = tuple(events)
+        self.terminal = jnp.array([e.terminal for e in self.events])
+        self.resets = jnp.array([e.reset is not None for e in self.events])
+        self.limits = jnp.array([e.max_events for e in self.events], jnp.int32)
+
+    @property
+    def restarts(self) -> int:
+        """How often the integration can restart after an event: every occurrence of every
+        event that does not stop it (static)."""
+        return sum(e.max_events for e in self.events if not e.terminal)
+
+    @property
+    def any_reset(self) -> bool:
+        return any(e.reset is not None for e in self.events)
+
+    def start(self, model, t0, y0, time_scale):
+        """The condition values the first crossing test starts from, and the result code: a
+        condition that is not finite at t0 can never be tracked (`RESULTS.event_failed`)."""
+        g0 = tuple(start_value(e, model, t0, y0, time_scale) for e in self.events)
+        untracked = ~jnp.all(jnp.isfinite(jnp.stack(g0)))
+        code = jnp.where(untracked, RESULTS.event_failed, RESULTS.successful).astype(jnp.int32)
+        return g0, untracked, code
+
+    def watched(self, counts):
+        """bool (n,): events still looked for. A recording-only event stops being watched once
+        its slots are full; terminal and reset events always are (a reset past its limit stops
+        the trajectory)."""
+        return self.terminal | self.resets | (counts < self.limits)
+
+    def over_limit(self, fired, which, counts):
+        """A reset event that fired once more than `max_events` allows: the trajectory stops
+        there (`RESULTS.event_limit_reached`) instead of being reset."""
+        return fired & self.resets[which] & (counts[which] >= self.limits[which])
+
+    def stops(self, fired, which, over_limit):
+        """Whether the firing of event `which` ends the trajectory."""
+        return fired & (self.terminal[which] | over_limit)
+
+    def after(self, which, apply, t, y):
+        """The state the integration continues from after event `which` at (t, y): its reset
+        where `apply` (a firing within the limit), else y unchanged."""
+        y_next = y
+        for i, event in enumerate(self.events):
+            if event.reset is not None:
+                y_next = jax.tree.map(
+                    lambda a, b: jnp.where(apply & (which == i), a, b), event.reset(t, y), y_next
+                )
+        return y_next
+
+    def restart(self, model, t, y, time_scale):
+        """The condition values the next crossing test starts from after an event."""
+        return tuple(restart_value(e, model, t, y, time_scale) for e in self.events)
+
+    def lost(self, g, y):
+        """A condition that turned NaN or inf where the state is finite: its crossings cannot
+        be found any more, so the member stops there (`RESULTS.event_failed`) rather than run
+        on as if it had none."""
+        return ~jnp.all(jnp.isfinite(jnp.stack(g))) & all_finite(y)
+
+    def code(self, code, over_limit, lost):
+        """The result code after an event step: limits, then lost conditions."""
+        code = jnp.where(over_limit, RESULTS.event_limit_reached, code)
+        return jnp.where(lost, RESULTS.event_failed, code).astype(jnp.int32)

@@ -296,8 +296,8 @@ def acceleration_depends_on_velocity(model: AbstractSecondOrder, t, q, v) -> boo
 
 def _solve_small(matrix, rhs):
     """`jnp.linalg.solve` for one right-hand side, in closed form (Cramer's rule) for 1–2
-    unknowns: a LAPACK call per stage per step costs ~4× the whole RK4 step of a double
-    pendulum on CPU, and a 2×2 mass matrix is well conditioned wherever the model is regular."""
+    unknowns: on CPU a LAPACK call per stage per step costs more than the whole RK4 step of a
+    double pendulum, and a 2×2 mass matrix is well conditioned wherever the model is regular."""
     n = rhs.shape[0]
     if n == 1:
         return rhs / matrix[0, 0]
@@ -306,3 +306,18 @@ def _solve_small(matrix, rhs):
         det = a * d - b * c
         return jnp.stack([d * rhs[0] - b * rhs[1], a * rhs[1] - c * rhs[0]]) / det
     return jnp.linalg.solve(matrix, rhs)
+
+
+def check_model(name: str, model) -> None:
+    """The one check that `model` is a diffsim model instance, with the fixes users need."""
+    if isinstance(model, AbstractODE):
+        return
+    hint = ""
+    if isinstance(model, type) and issubclass(model, AbstractODE):
+        hint = f" Pass an instance: {name}={model.__name__}(...)."
+    elif callable(model):
+        hint = " For a plain function f(t, y), wrap it: ds.ODE(f, params)."
+    raise TypeError(
+        f"{name} must be a diffsim model (a ds.AbstractODE subclass such as models.Lorenz, or "
+        f"ds.ODE(fn, params) for a plain function), got {type(model).__name__}.{hint}"
+    )

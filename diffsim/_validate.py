@@ -7,6 +7,7 @@ the compiled solve and reports through its result code.
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,10 +122,16 @@ def _short(array) -> str:
 MAX_COUNT = 2**31 - 1
 
 
+def is_count(value) -> bool:
+    """Whether `value` is a concrete integer (a Python or NumPy int, not a bool): what a count
+    that sets a shape or a loop length must be."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def check_static_count(name: str, value, *, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     """Validate a count that sets a shape or loop length: a Python int in [`minimum`,
     `maximum`] (by default what an int32 loop counter holds); returns it as an int."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_count(value):
         raise TypeError(f"{name} must be a Python int (static), got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
@@ -259,3 +266,12 @@ def check_can_write(folder) -> None:
     finally:
         if os.path.exists(probe):
             os.remove(probe)
+
+
+def describe(tree, dtypes: bool = False) -> str:
+    """The shapes of a pytree of arrays (with their dtypes: `(2,) float32`)."""
+    if dtypes:
+        leaves = [f"{tuple(x.shape)} {x.dtype}" for x in jax.tree.leaves(tree)]
+        return leaves[0] if eqx.is_array(tree) or len(leaves) == 1 else f"[{', '.join(leaves)}]"
+    shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
+    return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))

@@ -76,7 +76,7 @@ if __name__ == "__main__":
         )
         print(layout, flush=True)
     if ARGS.fail_after is not None:
-        from diffsim import _store
+        from diffsim._sweep import store as _store
 
         write, written = _store.write_chunk, []
 

@@ -56,7 +56,7 @@ def test_nonstiff_lorenz_against_scipy(solver, tol):
     sol = ds.simulate(model, y0, ts, solver=solver, max_steps=200_000)
     ref = _reference(_lorenz, y0, ts)
     scale = np.max(np.abs(ref), axis=0)  # component magnitudes (z ~ 30, x ~ 15)
-    np.testing.assert_allclose(sol.ys / scale, ref / scale, atol=tol, rtol=0)
+    np.testing.assert_allclose(np.asarray(sol.ys) / scale, ref / scale, atol=tol, rtol=0)
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,7 @@ def test_vmap_of_grad_equals_grad_of_vmap(solver):
     def loss(theta):
         return jnp.sum(outputs(theta) ** 2)
 
-    thetas = THETA * jnp.array([[1.0], [1.1], [0.9]])
+    thetas = THETA[None, :] * jnp.array([[1.0], [1.1], [0.9]])
     per_member = jax.vmap(jax.grad(loss))(thetas)
     of_sum = jax.grad(lambda ts: jnp.sum(jax.vmap(loss)(ts)))(thetas)
     # Adaptive members may take slightly different steps batched or not (see test_conformance).

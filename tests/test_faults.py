@@ -24,7 +24,7 @@ from helpers import named_cases
 
 import diffsim as ds
 import models
-from diffsim import _store
+from diffsim._sweep import store as _store
 from diffsim.cli import main
 
 ROOT = Path(__file__).parent.parent

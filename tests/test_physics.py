@@ -184,7 +184,7 @@ def test_heat_equation_mode_decays_at_its_eigenvalue():
     y0 = jnp.sin(2 * jnp.pi * x)  # discrete Fourier mode k = 2, an exact eigenvector
     ts = jnp.linspace(0.0, 0.5, 6)
     sol = ds.simulate(model, y0, ts, solver=ds.Kvaerno5(rtol=1e-10, atol=1e-12))
-    expected = jnp.exp(-model.mode_decay_rate(2) * ts)[:, None] * y0
+    expected = jnp.exp(-model.mode_decay_rate(2) * ts)[:, None] * y0[None, :]
     np.testing.assert_allclose(sol.ys, expected, atol=1e-8)
     # And the discrete rate differs from the continuum kappa (k pi / L)^2 by its leading
     # truncation term, a relative -(k pi dx)^2 / 12 (+ O(dx^4)).

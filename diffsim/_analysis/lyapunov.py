@@ -9,9 +9,8 @@ from jaxtyping import Array, Float
 
 from .._custom_types import State
 from .._integrate.simulate import simulate
-from .._model import AbstractODE, AbstractSDE
-from .._solver.base import AbstractFixedStepSolver, AbstractSolver
-from .._solver.stochastic import AbstractStochasticSolver
+from .._model import AbstractODE, AbstractSDE, check_model
+from .._solver.base import AbstractFixedStepSolver, check_solver
 from .._validate import (
     as_state,
     as_state_leaf,
@@ -176,28 +175,21 @@ def _measure(model, solver, y0, tangent, dt, t0, *, every: int, skipped: int, in
 
 
 def _check_model_and_solver(model, solver) -> None:
-    if not isinstance(model, AbstractODE):
-        raise TypeError(
-            "model must be a diffsim model (a ds.AbstractODE subclass such as models.Lorenz, or "
-            f"ds.ODE(fn, params) for a plain function), got {type(model).__name__}"
-        )
+    check_model("model", model)
     if isinstance(model, AbstractSDE):
         raise TypeError(
             f"{type(model).__name__} is a stochastic model: lyapunov_exponent follows the tangent "
             "dynamics of a deterministic flow"
         )
-    if isinstance(solver, type) and issubclass(solver, AbstractSolver):
-        raise TypeError(f"pass a solver instance: solver=ds.{solver.__name__}()")
-    if not isinstance(solver, AbstractFixedStepSolver) or isinstance(
-        solver, AbstractStochasticSolver
-    ):
-        kind = "an adaptive" if isinstance(solver, AbstractSolver) else "not a diffsim"
-        if isinstance(solver, AbstractStochasticSolver):
-            kind = "a stochastic"
+    needs = (
+        "a fixed-step deterministic solver such as ds.RK4() (the tangent is renormalized every "
+        "renormalize_every steps of size dt)"
+    )
+    check_solver("solver", solver, needs=needs)
+    if solver.adaptive or solver.stochastic:
+        kind = "a stochastic" if solver.stochastic else "an adaptive"
         raise TypeError(
-            f"lyapunov_exponent needs a fixed-step deterministic solver such as ds.RK4() (the "
-            f"tangent is renormalized every renormalize_every steps of size dt); "
-            f"{type(solver).__name__} is {kind} solver"
+            f"lyapunov_exponent needs {needs}; {type(solver).__name__} is {kind} solver"
         )
 
 

@@ -89,18 +89,37 @@ def writable_folder(path: str, what: str, error=ConfigError) -> None:
         ) from None
 
 
-def model_from(name, parameters):
-    """An instance of the class `name` of the `models` package, built from `parameters`."""
-    import diffsim as ds
-    import models
+# Where a bare model name in a config is looked up: the project's models package, imported at
+# run time (the library itself never imports it). A dotted name is an import path of its own.
+MODEL_PACKAGE = "models"
 
-    cls = getattr(models, str(name), None)
+
+def model_class(name) -> type:
+    """The model class a config names: `"Lorenz"` (a class of the `models` package) or an import
+    path `"package.module.Class"`; raises `ConfigError` naming what is available."""
+    import importlib
+
+    import diffsim as ds
+
+    name = str(name)
+    module_name, _, attribute = name.rpartition(".") if "." in name else (MODEL_PACKAGE, "", name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"model {name!r}: cannot import {module_name!r} ({error})") from None
+    cls = getattr(module, attribute, None)
     if not (isinstance(cls, type) and issubclass(cls, ds.AbstractODE)):
-        classes = {n: getattr(models, n) for n in dir(models)}
+        classes = {n: getattr(module, n) for n in dir(module)}
         available = sorted(
             n for n, c in classes.items() if isinstance(c, type) and issubclass(c, ds.AbstractODE)
         )
-        raise ConfigError(f"model {name!r} is not in models; available: {available}")
+        raise ConfigError(f"model {name!r} is not in {module_name}; available: {available}")
+    return cls
+
+
+def model_from(name, parameters):
+    """An instance of the model class `name` (see `model_class`), built from `parameters`."""
+    cls = model_class(name)
     if not isinstance(parameters, dict):
         raise ConfigError(f"parameters must be a table, got {parameters!r}")
     import dataclasses

@@ -25,14 +25,15 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
-    import models
+    from .config import model_class
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     ts = jnp.linspace(0.0, 10.0, 201)
     y0 = jnp.array([1.0, 0.0])
-    truth = models.DampedPendulum(length=1.0, gravity=9.81, damping=0.3)
+    pendulum = model_class("DampedPendulum")
+    truth = pendulum(length=1.0, gravity=9.81, damping=0.3)
 
     # 1. Simulate with a fixed-step and an adaptive solver; they must agree.
     fixed = simulate(truth, y0, ts, solver=RK4(), dt=0.01)
@@ -44,7 +45,7 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
     data = fixed.ys[:, 0]
 
     def loss(length):
-        model = models.DampedPendulum(length=length, gravity=9.81, damping=0.3)
+        model = pendulum(length=length, gravity=9.81, damping=0.3)
         angle = simulate(model, y0, ts, solver=RK4(), dt=0.01).ys[:, 0]
         return jnp.mean((angle - data) ** 2)
 
@@ -62,7 +63,7 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
     lengths = np.linspace(0.5, 2.0, n)
     dampings = np.linspace(0.0, 0.6, n)
     result = sweep(
-        models.DampedPendulum(gravity=9.81),
+        pendulum(gravity=9.81),
         {"length": lengths, "damping": dampings},
         y0,
         ts,

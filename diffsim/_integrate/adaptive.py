@@ -8,18 +8,70 @@ count (one per event that can restart the integration, plus one), so the diffrax
 compiled once.
 """
 
+from typing import NamedTuple
+
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 from jax import lax
+from jaxtyping import Array, PyTree
 
-from .._events import evaluate, Records, restart_value, start_value
+from .._events import evaluate, EventTable, Records
 from .._results import RESULTS
-from .._validate import all_finite
+from .._solver.adaptive import AbstractAdaptiveSolver, warn_unresolved_tolerance
+from .._validate import (
+    all_finite,
+    check_positive_number,
+    check_static_count,
+    describe,
+    is_traced,
+)
 from .common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
 from .erk_loop import initial_step, solve_erk, supports
+from .families import Solved, SolveRequest, solves
+
+
+@solves(AbstractAdaptiveSolver)
+def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest) -> Solved:
+    """Check the adaptive options of `request` and run diffrax (or the lean loop), with or
+    without events."""
+    dt, adjoint, max_steps = request.dt, request.adjoint, request.max_steps
+    if request.steps_per_save is not None or request.checkpoint != "auto":
+        raise ValueError(
+            "steps_per_save and checkpoint apply to fixed-step solvers; an adaptive solver "
+            "chooses its steps (its derivatives are set by adjoint)"
+        )
+    check_positive_number("dt", dt)
+    check_static_count("max_steps", max_steps)
+    warn_unresolved_tolerance(solver, request.dtype)
+    _check_tolerance_shape(solver, request.y0)
+    if dt is not None and not is_traced(dt):
+        # an array, not a Python float: the jitted solve would treat a float as static and
+        # compile again for every new initial step
+        dt = jnp.asarray(dt, request.ts.dtype)
+    if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
+        raise ValueError(
+            f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
+        )
+    arguments = (solver, request.model, request.y0, request.ts, dt)
+    try:
+        if request.events is None:
+            return Solved(*solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint))
+        ys, reached, records, stats, result = solve_adaptive_events(
+            *arguments, request.events, max_steps=int(max_steps), adjoint=adjoint
+        )
+        return Solved(ys, stats, result, reached, records)
+    except TypeError as error:
+        if "forward-mode autodiff" not in str(error):
+            raise
+        raise TypeError(
+            f"adjoint={adjoint!r} supports reverse mode only (jax.grad, jax.jacrev, "
+            "jax.vjp); for forward mode (jax.jvp, jax.jacfwd, jax.hessian) use "
+            "simulate(..., adjoint='auto'), the default"
+        ) from None
 
 
 def _prepare(solver, inner, model, y0, ts, dt0):
@@ -75,10 +127,9 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
         adjoint=adjoint,
         directions=None,
     )
-    ys, code = out["ys"], out["code"]
-    code = jnp.where(code == RESULTS.successful, nonfinite_code(ys), code)
+    code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    return mask_invalid(valid, ys), _stats(inner, out["accepted"], out["rejected"]), result
+    return mask_invalid(valid, out.ys), _stats(inner, out.accepted, out.rejected), result
 
 
 class _Condition(eqx.Module):
@@ -97,105 +148,97 @@ class _Condition(eqx.Module):
         return jnp.where(self.watched, value, jnp.ones_like(value))
 
 
+class _SegmentState(NamedTuple):
+    """The carry of the scan over segments (one batch member's view)."""
+
+    t: Array  # where the next segment starts: t0 or the last event's time
+    y: PyTree  # the state there (after the event's reset)
+    g: tuple  # the condition values the segment's crossing test starts from
+    records: Records  # every occurrence so far
+    done: Array  # bool: stopped (no further event, terminal, limit, failure)
+    code: Array  # int32 RESULTS code
+    ys: PyTree  # the output buffer, (times,) + state shape, NaN where not reached
+    filled: Array  # bool (times,): output rows written
+    accepted: Array  # int32 steps over all segments
+    rejected: Array  # int32
+
+
 @eqx.filter_jit
 def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int, adjoint):
     """Adaptive solve with events; returns (ys, reached, records, stats, result)."""
     inner = solver.to_diffrax()
     valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
     dtype = ts.dtype
+    table = EventTable(events)
     directions = tuple({-1: False, 0: None, 1: True}[e.direction] for e in events)
     time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
-    terminal = jnp.array([e.terminal for e in events])
-    resets = jnp.array([e.reset is not None for e in events])
-    limits = jnp.array([e.max_events for e in events], jnp.int32)
     # one segment per event that restarts the integration, one more to catch a reset past its
     # limit
-    any_reset = any(e.reset is not None for e in events)
-    segments = 1 + sum(e.max_events for e in events if not e.terminal) + int(any_reset)
+    segments = 1 + table.restarts + int(table.any_reset)
 
-    g0 = tuple(start_value(e, model, ts[0], y0, time_scale) for e in events)
-    # a condition that is not finite at t0 can never be tracked
-    untracked = ~jnp.all(jnp.isfinite(jnp.stack(g0)))
-    init = dict(
+    g0, untracked, code0 = table.start(model, ts[0], y0, time_scale)
+    init = _SegmentState(
         t=ts[0],
         y=y0,
         g=g0,
         records=Records.empty(events, y0, dtype),
         done=untracked,
-        code=jnp.where(untracked, RESULTS.event_failed, RESULTS.successful).astype(jnp.int32),
+        code=code0,
         ys=jax.tree.map(lambda x: jnp.full((ts.shape[0],) + x.shape, jnp.nan, x.dtype), y0),
         filled=jnp.zeros(ts.shape[0], bool),
         accepted=jnp.array(0, jnp.int32),
         rejected=jnp.array(0, jnp.int32),
     )
 
-    def segment(c, index):
-        counts = c["records"].counts
-        conditions = tuple(
-            _Condition(
-                e,
-                c["t"],
-                c["g"][i],
-                jnp.asarray(e.terminal or e.reset is not None) | (counts[i] < e.max_events),
-            )
-            for i, e in enumerate(events)
-        )
+    def segment(c: _SegmentState, index):
+        counts = c.records.counts
+        watched = table.watched(counts)
+        conditions = tuple(_Condition(e, c.t, c.g[i], watched[i]) for i, e in enumerate(events))
         # a finished member runs an empty segment (t1 = t0)
-        t_end = jnp.where(c["done"], c["t"], ts[-1])
+        t_end = jnp.where(c.done, c.t, ts[-1])
         out = _solve(
             model,
-            c["y"],
+            c.y,
             ts,
             controls,
-            (c["t"], t_end),
+            (c.t, t_end),
             conditions,
             inner=inner,
             max_steps=max_steps,
             adjoint=adjoint,
             directions=directions,
         )
-        active = ~c["done"]
-        t_final, y_final = out["t_final"], out["y_final"]
-        mask = jnp.stack(out["event_mask"])
-        fired = active & out["event_occurred"] & jnp.any(mask)
+        active = ~c.done
+        t_final, y_final = out.t_final, out.y_final
+        mask = jnp.stack(out.event_mask)
+        fired = active & out.event_occurred & jnp.any(mask)
         which = jnp.argmax(mask).astype(jnp.int32)
-        after_start = jnp.where(index == 0, ts >= c["t"], ts > c["t"])
-        take = active & after_start & (ts <= t_final) & ~c["filled"]
+        after_start = jnp.where(index == 0, ts >= c.t, ts > c.t)
+        take = active & after_start & (ts <= t_final) & ~c.filled
         ys = jax.tree.map(
-            lambda buf, seg: jnp.where(leading_mask(take, buf), seg, buf), c["ys"], out["ys"]
+            lambda buf, seg: jnp.where(leading_mask(take, buf), seg, buf), c.ys, out.ys
         )
-        over_limit = fired & resets[which] & (counts[which] >= limits[which])
-        records = c["records"].add(which, fired & ~over_limit, t_final, y_final, events)
-        y_next = y_final
-        for i, e in enumerate(events):
-            if e.reset is not None:
-                y_next = jax.tree.map(
-                    lambda a, b: jnp.where(fired & ~over_limit & (which == i), a, b),
-                    e.reset(t_final, y_final),
-                    y_next,
-                )
-        g_next = tuple(restart_value(e, model, t_final, y_next, time_scale) for e in events)
-        # a condition that turned NaN or inf where the state is finite: diffrax would never
-        # see it cross again
-        lost = active & ~jnp.all(jnp.isfinite(jnp.stack(g_next))) & all_finite(y_next)
+        over_limit = table.over_limit(fired, which, counts)
+        records = c.records.add(which, fired & ~over_limit, t_final, y_final, events)
+        y_next = table.after(which, fired & ~over_limit, t_final, y_final)
+        g_next = table.restart(model, t_final, y_next, time_scale)
+        # diffrax would never see a condition that turned NaN or inf cross again
+        lost = active & table.lost(g_next, y_next)
         # a reset that returned NaN or inf: nothing can be integrated from there
         broken = active & fired & ~all_finite(y_next)
-        failed = (active & (out["code"] != RESULTS.successful)) | lost | broken
-        code = jnp.where(failed, out["code"], c["code"])
-        code = jnp.where(over_limit, RESULTS.event_limit_reached, code)
-        code = jnp.where(lost, RESULTS.event_failed, code)
-        code = jnp.where(broken, RESULTS.nonfinite_state, code)
-        new = dict(
+        failed = (active & (out.code != RESULTS.successful)) | lost | broken
+        code = table.code(jnp.where(failed, out.code, c.code), over_limit, lost)
+        new = _SegmentState(
             t=t_final,
             y=y_next,
             g=g_next,
             records=records,
-            done=c["done"] | ~fired | (fired & terminal[which]) | over_limit | failed,
-            code=code.astype(jnp.int32),
+            done=c.done | ~fired | table.stops(fired, which, over_limit) | failed,
+            code=jnp.where(broken, RESULTS.nonfinite_state, code).astype(jnp.int32),
             ys=ys,
-            filled=c["filled"] | take,
-            accepted=c["accepted"] + jnp.where(active, out["accepted"], 0),
-            rejected=c["rejected"] + jnp.where(active, out["rejected"], 0),
+            filled=c.filled | take,
+            accepted=c.accepted + jnp.where(active, out.accepted, 0),
+            rejected=c.rejected + jnp.where(active, out.rejected, 0),
         )
         return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, c), None
 
@@ -203,12 +246,24 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         final, _ = segment(init, jnp.array(0, jnp.int32))
     else:
         final, _ = lax.scan(segment, init, jnp.arange(segments, dtype=jnp.int32))
-    reached = final["filled"]
-    ys = final["ys"]
-    result = events_result(valid, ys, reached, final["code"])
-    stats = _stats(inner, final["accepted"], final["rejected"])
-    stats["num_events"] = jnp.sum(final["records"].counts, dtype=jnp.int32)
-    return mask_invalid(valid, ys), reached & valid, final["records"], stats, result
+    result = events_result(valid, final.ys, final.filled, final.code)
+    stats = _stats(inner, final.accepted, final.rejected)
+    stats["num_events"] = jnp.sum(final.records.counts, dtype=jnp.int32)
+    return mask_invalid(valid, final.ys), final.filled & valid, final.records, stats, result
+
+
+class _Segment(NamedTuple):
+    """What one diffrax solve returns to the loops above."""
+
+    ys: PyTree  # the states at the save times (inf where not reached, as diffrax's)
+    code: Array  # int32 RESULTS code
+    accepted: Array  # int32 accepted steps
+    rejected: Array  # int32 rejected steps
+    # with events: where the segment ended, which events fired there, and whether one did
+    t_final: Array | None = None
+    y_final: PyTree | None = None
+    event_mask: tuple | None = None
+    event_occurred: Array | None = None
 
 
 def _diffeqsolve(
@@ -228,8 +283,7 @@ def _diffeqsolve(
     directions,
 ):
     """One diffrax solve saving at `ts` (clipped to `span` = (t0, t1) when given, with the
-    events `conditions`); returns a dict: ys, our result code, accepted and rejected steps, and
-    with events the final time and state, which event fired and whether one did."""
+    events `conditions`), as a `_Segment`."""
     # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
     # result code instead of being accepted with an error above the tolerance.
     controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
@@ -290,21 +344,22 @@ def _diffeqsolve(
         RESULTS.solver_failed,
     ).astype(jnp.int32)
     stats = solution.stats
-    out = dict(
-        ys=solution.ys,
+    # int32 like the lean loop's (under x64 diffrax counts in int64), so that the custom JVP's
+    # primal and tangent solves return the same types
+    accepted = stats["num_accepted_steps"].astype(jnp.int32)
+    rejected = stats["num_rejected_steps"].astype(jnp.int32)
+    if conditions is None:
+        return _Segment(solution.ys, code, accepted, rejected)
+    return _Segment(
+        ys=solution.ys[0],
         code=code,
-        # int32 like the lean loop's (under x64 diffrax counts in int64), so that the custom
-        # JVP's primal and tangent solves return the same types
-        accepted=stats["num_accepted_steps"].astype(jnp.int32),
-        rejected=stats["num_rejected_steps"].astype(jnp.int32),
+        accepted=accepted,
+        rejected=rejected,
+        t_final=solution.ts[1][0],
+        y_final=jax.tree.map(lambda y: y[0], solution.ys[1]),
+        event_mask=tuple(solution.event_mask),
+        event_occurred=status == diffrax.RESULTS.event_occurred,
     )
-    if conditions is not None:
-        out["ys"] = solution.ys[0]
-        out["t_final"] = solution.ts[1][0]
-        out["y_final"] = jax.tree.map(lambda y: y[0], solution.ys[1])
-        out["event_mask"] = tuple(solution.event_mask)
-        out["event_occurred"] = status == diffrax.RESULTS.event_occurred
-    return out
 
 
 @eqx.filter_custom_jvp
@@ -316,11 +371,13 @@ def _diffeqsolve_any_order(
     bounded loop JAX can also transpose. So `jax.grad`, `jax.jacfwd`, `jax.jvp` and
     `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop.
     Undifferentiated explicit Runge–Kutta solves without events run the lean loop of
-    `_adaptive_loop` instead of diffrax's: the same steps and results, at a fraction of the
+    `erk_loop` instead of diffrax's: the same steps and results, at a fraction of the
     cost."""
     if conditions is None and span is None and supports(inner):
-        return solve_erk(
-            inner, model.vector_field, y0, ts, rtol, atol, dtmin, dt0, max_steps=max_steps
+        return _Segment(
+            *solve_erk(
+                inner, model.vector_field, y0, ts, rtol, atol, dtmin, dt0, max_steps=max_steps
+            )
         )
     return _diffeqsolve(
         model,
@@ -352,3 +409,22 @@ def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps, direction
 
     primal_out, tangent_out = eqx.filter_jvp(solve, primals, tangents)
     return primal_out, tangent_out
+
+
+def _check_tolerance_shape(solver, y0) -> None:
+    """An array `atol` has one tolerance per component of an array state (or broadcasts)."""
+    atol = solver.atol
+    if jnp.ndim(atol) == 0:
+        return
+    leaves = jax.tree.leaves(y0)
+    shape = leaves[0].shape if len(leaves) == 1 else None
+    try:
+        fits = shape is not None and np.broadcast_shapes(jnp.shape(atol), shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{type(solver).__name__}(atol=...) has shape {jnp.shape(atol)}, which does not fit "
+            f"the state ({describe(y0)}): give a scalar, or one tolerance per component of an "
+            "array state"
+        )

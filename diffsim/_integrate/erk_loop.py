@@ -9,17 +9,21 @@ norm (RMS of the error over
 rejection), clipping of the last step to t1, and the method's own dense output at the save
 times, so the two agree to round-off. What it leaves out is what `simulate` does not use
 there: events, dense-output storage, progress meters, jumps, SDE terms and the machinery of
-differentiation (differentiated solves go through diffrax, see `_adaptive_solve`). Under
-`jax.vmap` this runs ~4x faster than diffrax (experiments/bench/lorenz.py, Lorenz, 2 CPU
-cores).
+differentiation (differentiated solves go through diffrax, see `adaptive`). Under `jax.vmap`
+it runs several times faster than diffrax's loop (docs/performance.md, "Lorenz ensemble,
+adaptive Tsit5 under vmap").
 """
+
+from typing import NamedTuple
 
 import diffrax
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, PyTree
 
 from .._results import RESULTS
+from .._solver.tableau import ButcherTableau, combine
 
 
 def supports(inner) -> bool:
@@ -33,16 +37,6 @@ def _rms(tree):
     leaves = [jnp.abs(x) ** 2 for x in jax.tree.leaves(tree)]
     total = sum(jnp.sum(x) for x in leaves)
     return jnp.sqrt(total / sum(x.size for x in leaves))
-
-
-def _axpy(y, terms):
-    """y + sum(coefficient * k) over (coefficient, k) pairs with non-zero coefficients."""
-    terms = [(float(c), k) for c, k in terms if c != 0]
-    if not terms:
-        return y
-    return jax.tree.map(
-        lambda y, *ks: y + sum(c * k for (c, _), k in zip(terms, ks)), y, *(k for _, k in terms)
-    )
 
 
 def _scale(f, tree):
@@ -71,13 +65,27 @@ def initial_step(inner, vector_field, t0, y0, rtol, atol):
     return lax.stop_gradient(jnp.minimum(100 * h0, h1).astype(jnp.result_type(t0)))
 
 
+class _State(NamedTuple):
+    """The carry of the lean adaptive loop."""
+
+    t: Array  # the time reached (the start of the next attempt)
+    t_next: Array  # where the next attempt ends
+    y: PyTree  # the state at t
+    f_y: PyTree  # the vector field at (t, y): the first stage of the next attempt
+    ys: PyTree  # the output buffer (times,) + state shape; inf where not reached
+    saved: Array  # int32: the number of output rows written
+    accepted: Array  # int32
+    rejected: Array  # int32
+    code: Array  # int32 RESULTS code (step_size_collapsed below dtmin)
+
+
 def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps: int):
     """Solve dy/dt = vector_field(t, y) from y0 at ts[0], saving at every time in ts, with
     first step `dt0` (see `initial_step`).
 
-    Returns a dict like `_adaptive_solve._diffeqsolve`: `ys` (rows not reached hold inf, as
-    diffrax's), `code` (a `RESULTS` value), `accepted`, `rejected`."""
-    tableau = inner.tableau
+    Returns (ys, code, accepted, rejected) as `_adaptive._diffeqsolve` does: `ys` (rows not
+    reached hold inf, as diffrax's), `code` (a `RESULTS` value) and the step counts."""
+    tableau = ButcherTableau.from_diffrax(inner.tableau)
     error_order = inner.order(diffrax.ODETerm(vector_field))
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
@@ -94,19 +102,20 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
 
     def attempt(t, t_next, y, f_y):
         """One step of the pair: the new state, its error estimate, the stages (as increments
-        h·f, for the dense output) and the vector field at the new state."""
+        h·f, the form diffrax's dense output takes) and the vector field at the new state."""
         h = t_next - t
+        # stages as increments combined with unit weight, y + Σ a·(h f): diffrax's arithmetic,
+        # so that accept decisions at round-off (float32 near its epsilon) fall as diffrax's
         ks = [_scale(h, f_y)]
-        for c, a in zip(tableau.c, tableau.a_lower):
-            y_stage = _axpy(y, zip(a, ks))
-            ks.append(_scale(h, vector_field(t + float(c) * h, y_stage)))
-        y1 = _axpy(y, zip(tableau.b_sol, ks))
-        error = _axpy(jax.tree.map(jnp.zeros_like, y), zip(tableau.b_error, ks))
+        for c, a in zip(tableau.c[1:], tableau.a):
+            ks.append(_scale(h, vector_field(t + c * h, combine(y, 1, a, ks))))
+        y1 = combine(y, 1, tableau.b, ks)
+        error = combine(jax.tree.map(jnp.zeros_like, y), 1, tableau.b_error, ks)
         # the last stage of an FSAL pair is the vector field at y1
         f_y1 = _scale(1 / h, ks[-1]) if tableau.fsal else vector_field(t_next, y1)
         return y1, error, ks, f_y1
 
-    def step(state):
+    def step(state: _State) -> _State:
         t, t_next, y, f_y, ys, saved, accepted, rejected, code = state
         y1, error, ks, f_y1 = attempt(t, t_next, y, f_y)
         error = jax.tree.map(lambda e: jnp.where(jnp.isnan(e), jnp.inf, e), error)
@@ -153,34 +162,38 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
             t_next_new > t1_floor, jnp.where(keep, t1, t_new + 0.5 * (t1 - t_new)), t_next_new
         )
         select = lambda a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
-        return (
-            t_new,
-            t_next_new,
-            select(y1, y),
-            select(f_y1, f_y),
-            ys,
-            saved,
-            accepted + keep.astype(jnp.int32),
-            rejected + (~keep).astype(jnp.int32),
-            code,
+        return _State(
+            t=t_new,
+            t_next=t_next_new,
+            y=select(y1, y),
+            f_y=select(f_y1, f_y),
+            ys=ys,
+            saved=saved,
+            accepted=accepted + keep.astype(jnp.int32),
+            rejected=rejected + (~keep).astype(jnp.int32),
+            code=code,
         )
 
-    def unfinished(state):
-        t, *_, accepted, rejected, code = state
-        return (t < t1) & (accepted + rejected < max_steps) & (code == RESULTS.successful)
+    def unfinished(state: _State):
+        return (
+            (state.t < t1)
+            & (state.accepted + state.rejected < max_steps)
+            & (state.code == RESULTS.successful)
+        )
 
     zero = jnp.array(0, jnp.int32)
-    init = (
-        t0,
-        jnp.minimum(t0 + dt0, t1),
-        y0,
-        f0,
-        ys,
-        jnp.array(1, jnp.int32),
-        zero,
-        zero,
-        jnp.array(RESULTS.successful, jnp.int32),
+    init = _State(
+        t=t0,
+        t_next=jnp.minimum(t0 + dt0, t1),
+        y=y0,
+        f_y=f0,
+        ys=ys,
+        saved=jnp.array(1, jnp.int32),
+        accepted=zero,
+        rejected=zero,
+        code=jnp.array(RESULTS.successful, jnp.int32),
     )
-    t, _, _, _, ys, _, accepted, rejected, code = lax.while_loop(unfinished, step, init)
-    code = jnp.where((code == RESULTS.successful) & (t < t1), RESULTS.max_steps_reached, code)
-    return dict(ys=ys, code=code.astype(jnp.int32), accepted=accepted, rejected=rejected)
+    final = lax.while_loop(unfinished, step, init)
+    unfinished_run = (final.code == RESULTS.successful) & (final.t < t1)
+    code = jnp.where(unfinished_run, RESULTS.max_steps_reached, final.code).astype(jnp.int32)
+    return final.ys, code, final.accepted, final.rejected

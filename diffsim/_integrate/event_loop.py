@@ -13,15 +13,16 @@ Adaptive solvers run diffrax's own event detection and root finding, one diffrax
 segment between events, in a `lax.scan` over segments.
 """
 
+from typing import NamedTuple
+
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, PyTree
 
-from .._events import crossed, evaluate, Records, restart_value, start_value
-from .._results import RESULTS
-from .._validate import all_finite
+from .._events import crossed, evaluate, EventTable, Records
 from .common import advance, events_result, guard_inputs, mask_invalid
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
@@ -35,7 +36,34 @@ _NEWTON_POLISH = 2
 def loop_bound(events, grid_steps: int) -> int:
     """Static iterations of the fixed-step event loop: every grid step, every event that can
     restart the integration, and one more for the event that exceeds its limit."""
-    return grid_steps + sum(e.max_events for e in events if not e.terminal) + 1
+    return grid_steps + EventTable(events).restarts + 1
+
+
+class _State(NamedTuple):
+    """The carry of the fixed-step event loop (one batch member's view)."""
+
+    t: Array  # the time reached: a grid point, or an event time inside a grid step
+    y: PyTree  # the state at t (after any reset)
+    solver_state: PyTree  # what the method carries into its next step (an FSAL evaluation)
+    j: Array  # int32: index of the last grid point reached (the next step ends at j + 1)
+    g: tuple  # the condition values at (t, y) the next crossing test starts from
+    records: Records  # every occurrence so far
+    done: Array  # bool: stopped (terminal event, limit, lost condition) or at the last time
+    code: Array  # int32 RESULTS code
+    ys: PyTree  # the output buffer, (times,) + state shape, NaN where not reached
+    last_saved: Array  # int32: the last output row written
+    steps: Array  # int32: loop iterations that stepped (grid steps and partial steps)
+
+
+class _Step(NamedTuple):
+    """Where one iteration ends: a plain grid step, or the event located inside it."""
+
+    t: Array  # the end: the grid point, or the event time
+    y: PyTree  # the state there, after the event's reset
+    solver_state: PyTree
+    g: tuple  # the condition values the next test starts from
+    which: Array  # int32: the event that fired (0 when none did)
+    y_event: PyTree  # the state at the event before its reset (the end state without one)
 
 
 @eqx.filter_jit
@@ -45,6 +73,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     result)."""
     valid, model, y0, ts = guard_inputs(model, y0, ts)
     dtype = ts.dtype
+    table = EventTable(events)
     counts = counts.astype(jnp.int32)
     ends = jnp.cumsum(counts, dtype=jnp.int32)
     total = ends[-1]
@@ -59,72 +88,61 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
         inside = ts[i] + k.astype(dtype) * ((ts[i + 1] - ts[i]) / counts[i].astype(dtype))
         return jnp.where(k >= counts[i], ts[i + 1], inside), i, k >= counts[i]
 
-    ys = jax.tree.map(
-        lambda x: jnp.full((ts.shape[0],) + x.shape, jnp.nan, x.dtype).at[0].set(x), y0
-    )
-    g0 = tuple(start_value(e, model, ts[0], y0, time_scale) for e in events)
-    # a condition that is not finite at t0 can never be tracked
-    untracked = ~jnp.all(jnp.isfinite(jnp.stack(g0)))
-    init = dict(
+    g0, untracked, code0 = table.start(model, ts[0], y0, time_scale)
+    zero = jnp.array(0, jnp.int32)
+    init = _State(
         t=ts[0],
         y=y0,
-        j=jnp.array(0, jnp.int32),
+        solver_state=solver.init(model, ts[0], y0),
+        j=zero,
         g=g0,
         records=Records.empty(events, y0, dtype),
         done=untracked,
-        code=jnp.where(untracked, RESULTS.event_failed, RESULTS.successful).astype(jnp.int32),
-        ys=ys,
-        last_saved=jnp.array(0, jnp.int32),
-        steps=jnp.array(0, jnp.int32),
+        code=code0,
+        ys=jax.tree.map(
+            lambda x: jnp.full((ts.shape[0],) + x.shape, jnp.nan, x.dtype).at[0].set(x), y0
+        ),
+        last_saved=zero,
+        steps=zero,
     )
-    terminal = jnp.array([e.terminal for e in events])
-    resets = jnp.array([e.reset is not None for e in events])
-    limits = jnp.array([e.max_events for e in events], jnp.int32)
 
-    def body(c):
-        target, interval, is_output = grid_time(c["j"] + 1)
-        h = target - c["t"]
-        y1 = solver.step(model, c["t"], c["y"], h)
+    def body(c: _State) -> _State:
+        target, interval, is_output = grid_time(c.j + 1)
+        h = target - c.t
+        y1, state1 = solver.advance(model, c.t, c.y, h, c.solver_state, None)
         g1 = tuple(evaluate(e, target, y1) for e in events)
-        counts_now = c["records"].counts
-        hits = [
-            (h > 0)
-            & crossed(e, c["g"][i], g1[i])
-            # a recording-only event stops being watched once its slots are full
-            & (e.terminal | (e.reset is not None) | (counts_now[i] < e.max_events))
-            for i, e in enumerate(events)
-        ]
-        live = ~c["done"]
+        counts_now = c.records.counts
+        watched = table.watched(counts_now)
+        hits = [(h > 0) & crossed(e, c.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
+        live = ~c.done
         any_hit = jnp.any(jnp.stack(hits)) & live
+        plain = _Step(target, y1, state1, g1, zero, y1)
 
         def no_event():
-            plain = dict(t=target, y=y1, g=g1, which=jnp.array(0, jnp.int32), t_ev=target, y_ev=y1)
-            return plain, c["records"]
+            return plain, c.records
 
         def event():
-            which, t_ev, y_ev = _locate(model, events, c["t"], c["y"], h, y1, c["g"], g1, hits)
-            y_next = y_ev
-            for i, e in enumerate(events):
-                if e.reset is not None:
-                    y_next = jax.tree.map(
-                        lambda a, b: jnp.where(which == i, a, b), e.reset(t_ev, y_ev), y_next
-                    )
-            g_next = tuple(restart_value(e, model, t_ev, y_next, time_scale) for e in events)
-            out = dict(t=t_ev, y=y_next, g=g_next, which=which, t_ev=t_ev, y_ev=y_ev)
+            which, t_ev, y_ev = _locate(model, events, c.t, c.y, h, y1, c.g, g1, hits)
+            over = table.over_limit(any_hit, which, counts_now)
+            y_next = table.after(which, ~over, t_ev, y_ev)
+            located = _Step(
+                t=t_ev,
+                y=y_next,
+                # the method restarts from the event: an FSAL evaluation is taken anew there
+                solver_state=solver.init(model, t_ev, y_next),
+                g=table.restart(model, t_ev, y_next, time_scale),
+                which=which,
+                y_event=y_ev,
+            )
             # batch members without a crossing keep their plain step
-            out = jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), out, no_event()[0])
-            over = any_hit & resets[which] & (counts_now[which] >= limits[which])
-            records = c["records"].add(which, any_hit & ~over, t_ev, y_ev, events)
-            return out, records
+            step = jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
+            return step, c.records.add(which, any_hit & ~over, t_ev, y_ev, events)
 
         # the root finding, and the writes into the records (scatters under vmap), only run on
         # steps where some member crossed
         new, records = lax.cond(eqxi.unvmap_any(any_hit), event, no_event)
-        which = new["which"]
-        over_limit = any_hit & resets[which] & (counts_now[which] >= limits[which])
-        # past its limit a reset event stops the trajectory where it happened, not reset
-        y_next = jax.tree.map(lambda a, b: jnp.where(over_limit, a, b), new["y_ev"], new["y"])
-        j_next = jnp.where(any_hit, c["j"], c["j"] + 1)
+        over_limit = table.over_limit(any_hit, new.which, counts_now)
+        j_next = jnp.where(any_hit, c.j, c.j + 1)
         save = ~any_hit & is_output & live
         ys = lax.cond(
             eqxi.unvmap_any(save),
@@ -134,46 +152,43 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
                 y1,
             ),
             lambda ys: ys,
-            c["ys"],
+            c.ys,
         )
-        stopped = any_hit & (terminal[which] | over_limit)
-        # a condition that turns NaN or inf where the state is finite: its crossings cannot be
-        # found any more, so the member stops there rather than run on as if it had none
-        lost = ~jnp.all(jnp.isfinite(jnp.stack(g1))) & all_finite(y1)
-        code = jnp.where(over_limit, RESULTS.event_limit_reached, c["code"])
-        code = jnp.where(lost, RESULTS.event_failed, code)
+        lost = table.lost(g1, y1)
         small = dict(
-            t=new["t"],
-            y=y_next,
+            t=new.t,
+            y=new.y,
+            solver_state=new.solver_state,
             j=j_next,
-            g=new["g"],
-            done=stopped | lost | (j_next >= total),
-            code=code.astype(jnp.int32),
-            last_saved=jnp.where(save, interval + 1, c["last_saved"]).astype(jnp.int32),
-            steps=c["steps"] + 1,
+            g=new.g,
+            done=table.stops(any_hit, new.which, over_limit) | lost | (j_next >= total),
+            code=table.code(c.code, over_limit, lost),
+            last_saved=jnp.where(save, interval + 1, c.last_saved).astype(jnp.int32),
+            steps=c.steps + 1,
         )
         # a finished member keeps its state; the buffers are only written where live, so they
         # are updated in place rather than selected whole
-        small = jax.tree.map(lambda a, b: jnp.where(live, a, b), small, {k: c[k] for k in small})
-        return dict(small, records=records, ys=ys)
+        small = {
+            k: jax.tree.map(lambda a, b: jnp.where(live, a, b), v, getattr(c, k))
+            for k, v in small.items()
+        }
+        return _State(records=records, ys=ys, **small)
 
-    def iteration(_, c):
-        return lax.cond(eqxi.unvmap_any(~c["done"]), body, lambda c: c, c)
+    def iteration(_, c: _State) -> _State:
+        return lax.cond(eqxi.unvmap_any(~c.done), body, lambda c: c, c)
 
-    bound = loop_bound(events, grid_steps)
-    final = advance(iteration, init, bound, block)
-    reached = jnp.arange(ts.shape[0], dtype=jnp.int32) <= final["last_saved"]
-    ys = final["ys"]
-    result = events_result(valid, ys, reached, final["code"])
-    num_events = jnp.sum(final["records"].counts, dtype=jnp.int32)
-    stats = {
-        "num_steps": final["steps"],
-        "num_rejected_steps": jnp.zeros_like(final["steps"]),
-        # per located event: both ends' vector fields for the interpolant, one for the restart
-        "num_function_evals": final["steps"] * solver.evals_per_step + 3 * num_events,
-        "num_events": num_events,
-    }
-    return mask_invalid(valid, ys), reached & valid, final["records"], stats, result
+    final = advance(iteration, init, loop_bound(events, grid_steps), block)
+    reached = jnp.arange(ts.shape[0], dtype=jnp.int32) <= final.last_saved
+    result = events_result(valid, final.ys, reached, final.code)
+    num_events = jnp.sum(final.records.counts, dtype=jnp.int32)
+    stats = {"num_steps": final.steps, "num_rejected_steps": jnp.zeros_like(final.steps)}
+    # per located event: both ends' vector fields for the interpolant, one for the restart
+    # value, and the method's restart (an FSAL evaluation)
+    evals = solver.function_evals(final.steps, 1 + num_events)
+    if evals is not None:
+        stats["num_function_evals"] = evals + 3 * num_events
+    stats["num_events"] = num_events
+    return mask_invalid(valid, final.ys), reached & valid, final.records, stats, result
 
 
 def _hermite(theta, h, y0, f0, y1, f1):

@@ -1,6 +1,5 @@
 """`simulate`: model + solver + output times → `Solution`."""
 
-import math
 from collections import OrderedDict
 
 import diffrax
@@ -8,36 +7,29 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jaxtyping import Array, Float, Int, PyTree
 
 from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event
-from .._model import AbstractODE, AbstractSDE
+from .._model import AbstractODE, AbstractSDE, check_model
 from .._results import RESULTS, SimulationError
-from .._solver.adaptive import (
-    AbstractAdaptiveSolver,
-    unresolved_tolerance,
-    warn_unresolved_tolerance,
-)
-from .._solver.base import AbstractFixedStepSolver, AbstractSolver
-from .._solver.stochastic import AbstractStochasticSolver
+from .._solver.adaptive import unresolved_tolerance
+from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     any_traced,
     as_state,
     as_state_leaf,
     check_key,
-    check_positive_number,
-    check_static_count,
+    describe,
     is_traced,
-    MAX_COUNT,
     nonfinite_leaves,
     probe_indices,
 )
-from .adaptive import solve_adaptive, solve_adaptive_events
-from .common import advance, guard_inputs, mask_invalid, nonfinite_code
-from .event_loop import loop_bound, solve_fixed_events
-from .time_grid import check_ts, plan_fixed_steps, warn_unresolved_step
+
+# the families' solves register themselves when their modules are imported
+from . import adaptive as _adaptive, fixed as _fixed  # noqa: F401
+from .families import solve_of, SolveRequest
+from .time_grid import check_ts
 
 
 class Solution(eqx.Module):
@@ -145,30 +137,16 @@ def simulate(
     options. Fixed-step solves are differentiated through their `lax.scan` (exactly the
     derivative of the discrete solution); with `checkpoint="auto"` reverse mode stores one state
     per block of ~sqrt(n) steps and recomputes each block once (about one extra forward pass; peak
-    memory grows like sqrt(n), measured 2.8x from 1e4 to 1e5 steps, against 10x for
-    `checkpoint=None`, which is faster when memory is no concern). Adaptive solves run diffrax's
+    memory grows like sqrt(n) instead of n, see docs/performance.md, "Gradient memory";
+    `checkpoint=None` is faster when memory is no concern). Adaptive solves run diffrax's
     plain loop when not differentiated; differentiated, forward mode runs through
     `diffrax.DirectAdjoint` and reverse mode is its transpose, so every order works, at the cost
     of DirectAdjoint's slower loop (experiments/bench/gradients.py measures the gradient against
     diffrax's default `RecursiveCheckpointAdjoint`). `adjoint="checkpoint"` selects the latter,
     reverse mode only; forward mode then raises an error that names `adjoint="auto"`.
     """
-    if not isinstance(model, AbstractODE):
-        raise TypeError(
-            f"model must be a diffsim model (a ds.AbstractODE subclass such as models.Lorenz, or "
-            f"ds.ODE(fn, params) for a plain function), got {type(model).__name__}"
-        )
-    if not isinstance(solver, AbstractSolver):
-        hint = ""
-        if isinstance(solver, diffrax.AbstractSolver):
-            hint = (
-                f" To use a diffrax solver, wrap it: ds.Diffrax(diffrax.{type(solver).__name__}())."
-            )
-        elif isinstance(solver, type) and issubclass(solver, AbstractSolver):
-            hint = f" Pass an instance: solver=ds.{solver.__name__}()."
-        raise TypeError(
-            f"solver must be a diffsim solver such as ds.RK4() or ds.Tsit5(), got {solver!r}.{hint}"
-        )
+    check_model("model", model)
+    check_solver("solver", solver)
     # The host copy of a concrete ts plans the fixed steps: under jit, jnp.asarray of a NumPy
     # array is already a traced value.
     host_ts = ts if is_traced(ts) else np.asarray(ts)
@@ -181,119 +159,50 @@ def simulate(
     times = ts.astype(real_dtype)
     _once(_check_state, model, y0, times[0])
 
-    stochastic = isinstance(solver, AbstractStochasticSolver)
-    if isinstance(model, AbstractSDE) and not stochastic:
+    if isinstance(model, AbstractSDE) and not solver.stochastic:
         raise TypeError(
             f"{type(model).__name__} is a stochastic model: solve it with a stochastic solver "
             "(ds.EulerMaruyama() or ds.Milstein()) and a key"
         )
     if key is not None:
         check_key("key", key)
-    if stochastic != (key is not None):
+    if solver.stochastic != (key is not None):
         raise ValueError(
             "a stochastic solver needs key=jax.random.key(...) (the Brownian path's seed)"
-            if stochastic
+            if solver.stochastic
             else f"key is the Brownian path of a stochastic solver; {type(solver).__name__} "
             "solves deterministic models: drop key"
         )
     event_list = None
     if events is not None:
         event_list = as_events(events)
-        if stochastic:
+        if not solver.supports_events:
             raise NotImplementedError(
                 "events are not supported for stochastic solvers: for a first passage or another "
                 "stop condition of a stochastic model, step it with ds.iterate(step, state, key, "
                 "stop=...) under jax.vmap"
+                if solver.stochastic
+                else f"{type(solver).__name__} does not support events"
             )
         # arrays an event holds (a restitution, a level) compute in the state's precision
         event_list = _cast_floats(event_list, real_dtype)
         _once(_check_events, event_list, times[0], y0)
-    records = reached = None
-    if isinstance(solver, AbstractFixedStepSolver):
-        _once(solver.check_model, model, times[0], y0)
-        plan = plan_fixed_steps(host_ts, dt, steps_per_save, type(solver).__name__)
-        if adjoint != "auto":
-            raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
-        total = plan.steps_per_save * (times.shape[0] - 1)
-        _check_step_count(total, event_list)
-        if not is_traced(host_ts):
-            warn_unresolved_step(host_ts, plan, real_dtype)
-    if isinstance(solver, AbstractFixedStepSolver) and event_list is not None:
-        counts = (
-            np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
-            if plan.steps is None
-            else plan.steps
-        )
-        bound = loop_bound(event_list, total)
-        ys, reached, records, stats, result = solve_fixed_events(
-            solver,
-            model,
-            y0,
-            times,
-            jnp.asarray(counts),
-            event_list,
-            grid_steps=total,
-            # Short runs store every step for reverse mode: checkpoint blocks would double the
-            # compile time of the event loop for memory that does not matter at this length.
-            block=None
-            if checkpoint == "auto" and bound <= _EVENT_STEPS_STORED
-            else _checkpoint_block(checkpoint, bound, 1),
-        )
-    elif isinstance(solver, AbstractFixedStepSolver):
-        ys, stats, result = _solve_fixed(
-            solver,
-            model,
-            y0,
-            times,
-            plan.steps,
-            steps_per_save=plan.steps_per_save,
-            block=_checkpoint_block(checkpoint, total, plan.steps_per_save),
-            key=key,
-        )
-    elif isinstance(solver, AbstractAdaptiveSolver):
-        if steps_per_save is not None or checkpoint != "auto":
-            raise ValueError(
-                "steps_per_save and checkpoint apply to fixed-step solvers; an adaptive solver "
-                "chooses its steps (its derivatives are set by adjoint)"
-            )
-        check_positive_number("dt", dt)
-        check_static_count("max_steps", max_steps)
-        warn_unresolved_tolerance(solver, real_dtype)
-        _check_tolerance_shape(solver, y0)
-        if dt is not None and not is_traced(dt):
-            # an array, not a Python float: the jitted solve would treat a float as static
-            # and compile again for every new initial step
-            dt = jnp.asarray(dt, times.dtype)
-        if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
-            raise ValueError(
-                f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
-            )
-        try:
-            if event_list is None:
-                ys, stats, result = solve_adaptive(
-                    solver, model, y0, times, dt, max_steps=int(max_steps), adjoint=adjoint
-                )
-            else:
-                ys, reached, records, stats, result = solve_adaptive_events(
-                    solver,
-                    model,
-                    y0,
-                    times,
-                    dt,
-                    event_list,
-                    max_steps=int(max_steps),
-                    adjoint=adjoint,
-                )
-        except TypeError as error:
-            if "forward-mode autodiff" not in str(error):
-                raise
-            raise TypeError(
-                f"adjoint={adjoint!r} supports reverse mode only (jax.grad, jax.jacrev, "
-                "jax.vjp); for forward mode (jax.jvp, jax.jacfwd, jax.hessian) use "
-                "simulate(..., adjoint='auto'), the default"
-            ) from None
-    else:
-        raise TypeError(f"{type(solver).__name__} is neither a fixed-step nor an adaptive solver")
+    _once(solver.check_model, model, times[0], y0)
+    request = SolveRequest(
+        model=model,
+        y0=y0,
+        ts=times,
+        host_ts=host_ts,
+        dtype=real_dtype,
+        events=event_list,
+        key=key,
+        dt=dt,
+        steps_per_save=steps_per_save,
+        max_steps=max_steps,
+        checkpoint=checkpoint,
+        adjoint=adjoint,
+    )
+    ys, stats, result, reached, records = solve_of(solver)(solver, request)
 
     solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
     if records is not None:
@@ -344,10 +253,6 @@ def _check_finite_inputs(model, y0) -> None:
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
 
 
-# Fixed-step event loops up to this many iterations keep every step for reverse mode under
-# checkpoint="auto" (~100 kB for a 10-component state and RK4's stages).
-_EVENT_STEPS_STORED = 4096
-
 _PASSED_CHECKS: OrderedDict = OrderedDict()
 _MAX_REMEMBERED = 1024
 
@@ -392,14 +297,14 @@ def _check_state(model, y0, t0) -> None:
     except Exception as error:  # re-raised with the argument named; the cause stays chained
         raise ValueError(
             f"y0 does not fit {name}: its vector_field failed on a state of shape "
-            f"{_describe(y0)}: {error}"
+            f"{describe(y0)}: {error}"
         ) from error
     if jax.tree.structure(out) != jax.tree.structure(y0) or any(
         a.shape != b.shape for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
     ):
         raise ValueError(
-            f"y0 does not fit {name}: for a state of shape {_describe(y0)} its vector_field "
-            f"returns {_describe(out)}; pass y0 with the model's state shape"
+            f"y0 does not fit {name}: for a state of shape {describe(y0)} its vector_field "
+            f"returns {describe(out)}; pass y0 with the model's state shape"
         )
     for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0)):
         if a.dtype != b.dtype:
@@ -426,136 +331,12 @@ def _check_events(events, t0, y0) -> None:
                 for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
             ):
                 raise ValueError(
-                    f"{where}: reset(t, y) must return a state like y ({_describe(y0, True)}), "
-                    f"got {_describe(out, True)}"
+                    f"{where}: reset(t, y) must return a state like y ({describe(y0, True)}), "
+                    f"got {describe(out, True)}"
                 )
-
-
-def _check_tolerance_shape(solver, y0) -> None:
-    """An array `atol` has one tolerance per component of an array state (or broadcasts)."""
-    atol = solver.atol
-    if jnp.ndim(atol) == 0:
-        return
-    leaves = jax.tree.leaves(y0)
-    shape = leaves[0].shape if len(leaves) == 1 else None
-    try:
-        fits = shape is not None and np.broadcast_shapes(jnp.shape(atol), shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"{type(solver).__name__}(atol=...) has shape {jnp.shape(atol)}, which does not fit "
-            f"the state ({_describe(y0)}): give a scalar, or one tolerance per component of an "
-            "array state"
-        )
-
-
-def _check_step_count(total: int, events) -> None:
-    """A fixed-step solve counts its steps (and the iterations of its event loop) in int32."""
-    iterations = total if events is None else loop_bound(events, total)
-    if iterations > MAX_COUNT:
-        raise ValueError(
-            f"this fixed-step solve would take {iterations:,} steps, more than its int32 step "
-            f"counter holds (2**31 - 1 = {MAX_COUNT:,}): use a larger dt, or an adaptive "
-            "solver, or split the time span into several simulate calls"
-        )
-
-
-def _describe(tree, dtypes: bool = False) -> str:
-    """The shapes of a pytree of arrays (with their dtypes: `(2,) float32`)."""
-    if dtypes:
-        leaves = [f"{tuple(x.shape)} {x.dtype}" for x in jax.tree.leaves(tree)]
-        return leaves[0] if eqx.is_array(tree) or len(leaves) == 1 else f"[{', '.join(leaves)}]"
-    shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
-    return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))
 
 
 # --- the compiled solves ----------------------------------------------------------------------
-
-
-def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int | None:
-    """Steps per checkpointed block for a fixed-step run of `total_steps` steps."""
-    if checkpoint is None:
-        return None
-    if checkpoint == "auto":
-        target = math.isqrt(total_steps - 1) + 1  # ceil(sqrt(total_steps))
-        if steps_per_save <= target:
-            return target
-        # Prefer a divisor of the interval's step count near the target: no tail loop to compile.
-        divisors = [
-            d for d in range(max(1, target // 2), 2 * target + 1) if steps_per_save % d == 0
-        ]
-        return min(divisors, key=lambda d: abs(d - target)) if divisors else target
-    if (
-        isinstance(checkpoint, bool)
-        or not isinstance(checkpoint, (int, np.integer))
-        or checkpoint < 1
-    ):
-        raise ValueError(
-            f"checkpoint must be 'auto', None (store every step) or an int >= 1 (steps per "
-            f"checkpointed block), got {checkpoint!r}"
-        )
-    return int(checkpoint)
-
-
-@eqx.filter_jit
-def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key):
-    valid, model, y0, ts = guard_inputs(model, y0, ts)
-    masked = steps is not None
-    counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
-    # index of each interval's first step in the whole solve (the Brownian path's clock)
-    offsets = jnp.cumsum(counts) - counts
-    noise_shape = None if key is None else model.brownian_shape(y0)
-    fsal = solver.fsal and key is None
-
-    def interval(y, xs):
-        t_start, t_end, count, offset = xs
-        h = (t_end - t_start) / count.astype(ts.dtype)
-
-        def one_step(j, state):
-            t = t_start + jnp.asarray(j).astype(ts.dtype) * h  # a Python int under disable_jit
-            if fsal:  # the state carries the evaluation the step starts from
-                y, first = state
-                state_next = solver.step_fsal(model, t, y, h, first)
-            elif key is None:
-                state_next = solver.step(model, t, state, h)
-            else:
-                dw = solver.noise(key, offset + j, noise_shape, h)
-                state_next = solver.step(model, t, state, h, dw)
-            if masked:  # steps beyond this interval's own count leave the state unchanged
-                state_next = jax.tree.map(
-                    lambda a, b: jnp.where(j < count, a, b), state_next, state
-                )
-            return state_next
-
-        if fsal:
-            y, _ = advance(
-                one_step, (y, solver.first_evaluation(model, t_start, y)), steps_per_save, block
-            )
-        else:
-            y = advance(one_step, y, steps_per_save, block)
-        return y, y
-
-    if block is not None and steps_per_save <= block:
-        # Short intervals: reverse mode keeps one state per output time and recomputes the steps
-        # of one interval at a time.
-        interval = jax.checkpoint(interval)
-    if ts.shape[0] == 2:
-        # One output interval (e.g. only the final state is wanted): no loop over intervals,
-        # which saves XLA a while loop to compile.
-        _, last = interval(y0, (ts[0], ts[1], counts[0], offsets[0]))
-        ys = jax.tree.map(lambda y: y[None], last)
-    else:
-        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts, offsets))
-    ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
-    num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
-    stats = {
-        "num_steps": num_steps,
-        "num_rejected_steps": jnp.zeros_like(num_steps),
-        "num_function_evals": solver.function_evals(num_steps, ts.shape[0] - 1),
-    }
-    result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
-    return mask_invalid(valid, ys), stats, result
 
 
 # --- failures ----------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ from .adaptive import (
 from .base import (
     AbstractFixedStepSolver as AbstractFixedStepSolver,
     AbstractSolver as AbstractSolver,
+    check_solver as check_solver,
+    SolverState as SolverState,
 )
 from .diffrax_sde import DiffraxSDE as DiffraxSDE
 from .runge_kutta import (
     AbstractRungeKutta as AbstractRungeKutta,
-    ButcherTableau as ButcherTableau,
     Euler as Euler,
     Heun as Heun,
     Midpoint as Midpoint,
@@ -34,3 +35,4 @@ from .symplectic import (
     SymplecticEuler as SymplecticEuler,
     Yoshida4 as Yoshida4,
 )
+from .tableau import ButcherTableau as ButcherTableau, combine as combine

@@ -3,6 +3,7 @@
 Tolerances are fields (traced), so changing `rtol`/`atol` does not recompile.
 """
 
+import abc
 import warnings
 from typing import ClassVar
 
@@ -15,6 +16,9 @@ from jaxtyping import Array
 from .._results import PrecisionWarning
 from .._validate import as_optional_parameter, as_parameter, check_parameter, is_traced
 from .base import AbstractSolver
+
+# diffrax asks for the terms to report an order; an ODE method's order does not depend on them
+_ANY_TERM = diffrax.ODETerm(lambda t, y, args: y)
 
 
 class AbstractAdaptiveSolver(AbstractSolver):
@@ -40,9 +44,16 @@ class AbstractAdaptiveSolver(AbstractSolver):
             if float(self.rtol) == 0 and bool(jnp.all(self.atol == 0)):
                 raise ValueError(f"{type(self).__name__}: rtol and atol cannot both be 0")
 
+    adaptive: ClassVar[bool] = True
+
+    @abc.abstractmethod
     def to_diffrax(self) -> diffrax.AbstractSolver:
         """The diffrax solver that does the stepping."""
-        raise NotImplementedError
+
+    @property
+    def order(self) -> int:  # type: ignore[override]
+        """The order of the method this solver wraps (diffrax's, for its ODE term)."""
+        return self.to_diffrax().order(_ANY_TERM)
 
     @property
     def implicit(self) -> bool:
@@ -56,8 +67,6 @@ class Tsit5(AbstractAdaptiveSolver):
     Ch. Tsitouras, *Runge–Kutta pairs of order 5(4) satisfying only the first column simplifying
     assumption*, Comput. Math. Appl. 62 (2011)."""
 
-    order: ClassVar[int] = 5
-
     def to_diffrax(self):
         return diffrax.Tsit5()
 
@@ -65,16 +74,12 @@ class Tsit5(AbstractAdaptiveSolver):
 class Dopri5(AbstractAdaptiveSolver):
     """Dormand–Prince 5(4) explicit Runge–Kutta pair (MATLAB's ode45)."""
 
-    order: ClassVar[int] = 5
-
     def to_diffrax(self):
         return diffrax.Dopri5()
 
 
 class Dopri8(AbstractAdaptiveSolver):
     """Dormand–Prince 8(7) explicit Runge–Kutta pair, for tight tolerances on smooth problems."""
-
-    order: ClassVar[int] = 8
 
     def to_diffrax(self):
         return diffrax.Dopri8()
@@ -85,8 +90,6 @@ class Kvaerno5(AbstractAdaptiveSolver):
 
     A. Kværnø, *Singly diagonally implicit Runge–Kutta methods with an explicit first stage*,
     BIT 44 (2004)."""
-
-    order: ClassVar[int] = 5
 
     def to_diffrax(self):
         return diffrax.Kvaerno5()
@@ -110,10 +113,6 @@ class Diffrax(AbstractAdaptiveSolver):
         self.rtol = as_parameter(rtol)
         self.atol = as_parameter(atol)
         self.dtmin = as_optional_parameter(dtmin)
-
-    @property
-    def order(self) -> int:  # type: ignore[override]
-        return self.solver.order(diffrax.ODETerm(lambda t, y, args: y))
 
     def to_diffrax(self):
         return self.solver

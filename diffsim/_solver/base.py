@@ -1,48 +1,122 @@
-"""Solver base classes. A solver is how to step; the model is what to step."""
+"""Solver base classes. A solver is how to step; the model is what to step.
+
+Every family is a base class here or beside it, and says what it can do through class-level
+capabilities (`adaptive`, `stochastic`, `supports_events`, `needs_dt`), which `simulate`,
+`sweep`, `fit` and the analyses ask instead of testing for classes. Each family's solve (its
+loop) is registered for its base class in `diffsim._integrate.families`, so a new family
+touches `_solver/` and its own loop only.
+"""
 
 import abc
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import diffrax
 import equinox as eqx
+
+# What a fixed-step method carries from one step to the next (an FSAL evaluation), or None.
+SolverState = Any
 
 
 class AbstractSolver(eqx.Module):
-    """Base of every solver. `order` is the global order of accuracy of the method."""
+    """Base of every solver. `order` is the global order of accuracy of the method.
 
-    order: ClassVar[int]
+    Capabilities (class-level, read from an instance: `solver.stochastic`):
+
+    - `adaptive`: the solver chooses its steps (tolerances); otherwise it takes a fixed `dt`.
+    - `stochastic`: it solves stochastic models (`ds.AbstractSDE`) and needs a PRNG `key`.
+    - `supports_events`: `simulate(..., events=...)` can locate events with it.
+    """
+
+    order: eqx.AbstractClassVar[int]
+    adaptive: eqx.AbstractClassVar[bool]
+    stochastic: ClassVar[bool] = False
+    supports_events: ClassVar[bool] = True
+
+    @property
+    def needs_dt(self) -> bool:
+        """Whether a solve needs `dt` (or `steps_per_save`): the fixed-step families."""
+        return not self.adaptive
+
+    @property
+    def implicit(self) -> bool:
+        """Whether each step solves a nonlinear system (its cost then varies with the Newton
+        iterations, so it has no fixed count of function evaluations)."""
+        return False
+
+    def check_model(self, model, t0, y0) -> None:
+        """Raise a clear `TypeError` if this solver cannot step `model` (called once at trace
+        time, never inside the loop)."""
 
 
 class AbstractFixedStepSolver(AbstractSolver):
     """A one-step method with a fixed step, run by `simulate` inside `lax.scan`.
 
-    Subclasses implement `step`, and may refuse a model in `check_model` (called once at trace
-    time, never inside the loop). A method whose last evaluation is the next step's first
-    (first same as last) sets `fsal = True` and implements `first_evaluation` and
-    `step_fsal`; the loop then carries that evaluation from step to step.
+    The step contract, the same for ODE and SDE methods: `init(model, t0, y0)` returns what
+    the method carries between steps (None by default), and `advance(model, t, y, dt, state,
+    dw)` returns `(y1, state1)`; `dw` is the step's noise (`noise(key, j, shape, dt)`, None for
+    deterministic methods). A method whose last evaluation is the next step's first (first same
+    as last) carries that evaluation as its state: `fsal = True`, one evaluation saved a step.
+
+    Counts: `evals_per_step` model evaluations each step plus `init_evals` each time the loop
+    (re)starts (`None`: not known, left out of `Solution.stats`).
     """
 
-    evals_per_step: ClassVar[int]
-    fsal: ClassVar[bool] = False
+    adaptive: ClassVar[bool] = False
+    evals_per_step: eqx.AbstractClassVar[int | None]
+    init_evals: ClassVar[int] = 0
 
-    def check_model(self, model, t0, y0) -> None:
-        """Raise a clear `TypeError` if this solver cannot step `model`."""
+    @property
+    def fsal(self) -> bool:
+        """Whether the method carries its last evaluation into the next step."""
+        return self.init_evals > 0
+
+    def init(self, model, t0, y0) -> SolverState:
+        """What the first step starts from besides (t0, y0): None unless the method carries an
+        evaluation (FSAL)."""
+        return None
 
     @abc.abstractmethod
-    def step(self, model, t, y, dt):
-        """Advance the state `y` from time `t` to `t + dt`; returns the new state."""
+    def advance(self, model, t, y, dt, state: SolverState, dw) -> tuple[Any, SolverState]:
+        """Advance the state `y` from time `t` to `t + dt`, given the carried `state` and the
+        step's noise `dw` (None for ODE methods); returns (the new state, the carried state of
+        the next step)."""
 
-    def first_evaluation(self, model, t, y):
-        """FSAL methods: the evaluation at (t, y) that `step_fsal` starts from."""
-        raise NotImplementedError
+    def noise(self, key, index, shape, dt):
+        """The noise `advance` receives for step `index` (counted from t0): None for ODE
+        methods, the Brownian increment for SDE methods."""
+        return None
 
-    def step_fsal(self, model, t, y, dt, first):
-        """FSAL methods: `step` given its first evaluation; returns (the new state, the
-        evaluation at the new state), which is the next step's first."""
-        raise NotImplementedError
+    def step(self, model, t, y, dt, dw=None):
+        """One step from (t, y) to t + dt on its own (for hand-written loops such as
+        `ds.iterate`); returns the new state. `dw`: the Brownian increment of an SDE step."""
+        y1, _ = self.advance(model, t, y, dt, self.init(model, t, y), dw)
+        return y1
 
-    def function_evals(self, steps, intervals):
-        """Evaluations of the model in `steps` steps run as `intervals` separate loops (an
-        FSAL method evaluates once more at the start of each)."""
-        if self.fsal:
-            return steps * (self.evals_per_step - 1) + intervals
-        return steps * self.evals_per_step
+    def function_evals(self, steps, restarts):
+        """Model evaluations of `steps` steps run as `restarts` separate loops, or None when
+        the method's count is not known."""
+        if self.evals_per_step is None:
+            return None
+        return steps * self.evals_per_step + restarts * self.init_evals
+
+
+_ANY_SOLVER = "a diffsim solver such as ds.RK4() or ds.Tsit5()"
+
+
+def check_solver(name: str, solver, *, needs: str = _ANY_SOLVER) -> None:
+    """The one check that `solver` is a diffsim solver instance, with the fixes users need:
+    an instance for a class, `ds.Diffrax(...)` or `ds.DiffraxSDE(...)` for a diffrax solver."""
+    if isinstance(solver, AbstractSolver):
+        return
+    hint = ""
+    if isinstance(solver, diffrax.AbstractSRK):
+        hint = (
+            " To use a diffrax SDE solver, wrap it: "
+            f"ds.DiffraxSDE(diffrax.{type(solver).__name__}())."
+        )
+    elif isinstance(solver, diffrax.AbstractSolver):
+        hint = f" To use a diffrax solver, wrap it: ds.Diffrax(diffrax.{type(solver).__name__}())."
+    elif isinstance(solver, type) and issubclass(solver, AbstractSolver):
+        hint = f" Pass an instance: {name}=ds.{solver.__name__}()."
+    what = "" if needs == _ANY_SOLVER else " (not a diffsim solver)"
+    raise TypeError(f"{name} must be {needs}, got {solver!r}{what}.{hint}")

@@ -30,7 +30,6 @@ class DiffraxSDE(AbstractStochasticSolver):
 
     solver: diffrax.AbstractSolver
     order: ClassVar[int] = 1
-    evals_per_step: ClassVar[int] = 0  # depends on the wrapped method
 
     def __init__(self, solver: diffrax.AbstractSolver):
         if not isinstance(solver, diffrax.AbstractSolver):
@@ -40,6 +39,19 @@ class DiffraxSDE(AbstractStochasticSolver):
     @property
     def strong_order(self) -> float:  # type: ignore[override]
         return float(self.solver.strong_order(None) or 0.5)
+
+    @property
+    def evals_per_step(self) -> int | None:  # type: ignore[override]
+        """Drift evaluations of the wrapped method per step: its stages, 1 for the one-stage
+        methods, None (left out of the stats) for a method this wrapper does not know."""
+        tableau = getattr(self.solver, "tableau", None)
+        if isinstance(tableau, diffrax.StochasticButcherTableau):
+            return len(tableau.b_sol)
+        if isinstance(tableau, diffrax.ButcherTableau):
+            return tableau.num_stages
+        if isinstance(self.solver, _ONE_STAGE):
+            return 1
+        return None
 
     def check_model(self, model, t0, y0) -> None:
         super().check_model(model, t0, y0)
@@ -61,7 +73,7 @@ class DiffraxSDE(AbstractStochasticSolver):
         k = jnp.sqrt(dt / 720) * jax.random.normal(jax.random.fold_in(step_key, 2), shape, w.dtype)
         return diffrax.SpaceTimeTimeLevyArea(dt=dt, W=w, H=h, K=k)
 
-    def step(self, model, t, y, dt, dw):
+    def advance(self, model, t, y, dt, state, dw):
         path = _OneStep(t, t + dt, dw)
         if model.noise == "diagonal":
 
@@ -76,9 +88,18 @@ class DiffraxSDE(AbstractStochasticSolver):
             diffrax.ODETerm(lambda t, y, args: model.drift(t, y)),
             diffrax.ControlTerm(diffusion, path),
         )
-        state = self.solver.init(terms, t, t + dt, y, None)
-        y1, *_ = self.solver.step(terms, t, t + dt, y, None, state, made_jump=False)
-        return y1
+        solver_state = self.solver.init(terms, t, t + dt, y, None)
+        y1, *_ = self.solver.step(terms, t, t + dt, y, None, solver_state, made_jump=False)
+        return y1, None
+
+
+# diffrax's SDE methods of one drift evaluation per step (and no tableau to count stages in)
+_ONE_STAGE = (
+    diffrax.Euler,
+    diffrax.EulerHeun,
+    diffrax.ItoMilstein,
+    diffrax.StratonovichMilstein,
+)
 
 
 class _OneStep(diffrax.AbstractBrownianPath):

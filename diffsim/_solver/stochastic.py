@@ -5,9 +5,9 @@ The Brownian increment of step j (counted from t0 over the whole solve) is
 path does not change with the saved times, the chunking of a sweep or the number of devices.
 """
 
-import abc
 from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -23,9 +23,13 @@ def brownian_increment(key, index, shape, dt):
 
 
 class AbstractStochasticSolver(AbstractFixedStepSolver):
-    """A fixed-step SDE method: `step(model, t, y, dt, dw)` with the step's Brownian increment."""
+    """A fixed-step SDE method: `advance(model, t, y, dt, state, dw)` with the step's Brownian
+    increment `dw` (the fixed-step contract of `AbstractFixedStepSolver`)."""
 
-    strong_order: ClassVar[float]
+    strong_order: eqx.AbstractClassVar[float]
+    stochastic: ClassVar[bool] = True
+    # a first passage of a stochastic path is a stop condition of ds.iterate, not an event
+    supports_events: ClassVar[bool] = False
 
     def check_model(self, model, t0, y0) -> None:
         if not isinstance(model, AbstractSDE):
@@ -39,10 +43,6 @@ class AbstractStochasticSolver(AbstractFixedStepSolver):
         `brownian_increment(key, index, shape, dt)`."""
         return brownian_increment(key, index, shape, dt)
 
-    @abc.abstractmethod
-    def step(self, model, t, y, dt, dw):
-        """Advance `y` from `t` to `t + dt` driven by the increment `dw`."""
-
 
 class EulerMaruyama(AbstractStochasticSolver):
     """Euler–Maruyama: y + f dt + g dW. Strong order 0.5 (1.0 for additive noise), weak
@@ -52,8 +52,8 @@ class EulerMaruyama(AbstractStochasticSolver):
     strong_order = 0.5
     evals_per_step = 1
 
-    def step(self, model, t, y, dt, dw):
-        return y + model.drift(t, y) * dt + model.noise_term(t, y, dw)
+    def advance(self, model, t, y, dt, state, dw):
+        return y + model.drift(t, y) * dt + model.noise_term(t, y, dw), None
 
 
 class Milstein(AbstractStochasticSolver):
@@ -73,17 +73,17 @@ class Milstein(AbstractStochasticSolver):
                 "noise: use ds.EulerMaruyama()"
             )
 
-    def step(self, model, t, y, dt, dw):
+    def advance(self, model, t, y, dt, state, dw):
         g, dg = jax.jvp(lambda x: model.diffusion(t, x), (y,), (jnp.ones_like(y),))
-        return y + model.drift(t, y) * dt + g * dw + 0.5 * g * dg * (dw**2 - dt)
+        return y + model.drift(t, y) * dt + g * dw + 0.5 * g * dg * (dw**2 - dt), None
 
 
 class BAOAB(AbstractStochasticSolver):
     """The BAOAB splitting for Langevin dynamics (`ds.AbstractLangevin` models): half a kick
     (B), half a drift (A), the exact Ornstein–Uhlenbeck velocity update (O:
-    v ← e^{−γh} v + √(k_B T/m (1 − e^{−2γh})) ξ), half a drift, half a kick. Two force
-    evaluations per step (the last kick's force equals the next step's first, but the step
-    does not carry it over). Configurational
+    v ← e^{−γh} v + √(k_B T/m (1 − e^{−2γh})) ξ), half a drift, half a kick. One force
+    evaluation per step: the closing kick's force, at the new positions, is carried as the
+    solver state into the next step's opening kick (first same as last). Configurational
     averages are second order in dt (weak), and the sampled equilibrium stays close to
     Boltzmann's at steps where Euler–Maruyama overheats. ξ = dW_v/√dt from the velocity
     components of the step's Brownian increment, so a key gives the same noise as for the other
@@ -95,7 +95,8 @@ class BAOAB(AbstractStochasticSolver):
 
     order = 2
     strong_order = 1.0
-    evals_per_step = 2
+    evals_per_step = 1
+    init_evals = 1
 
     def check_model(self, model, t0, y0) -> None:
         if not isinstance(model, AbstractLangevin):
@@ -104,14 +105,18 @@ class BAOAB(AbstractStochasticSolver):
                 f"{type(model).__name__} is not one: use ds.EulerMaruyama() or ds.Milstein()"
             )
 
-    def step(self, model, t, y, dt, dw):
+    def init(self, model, t0, y0):
+        return model.force(y0[0])
+
+    def advance(self, model, t, y, dt, state, dw):
         q, v = y[0], y[1]
         xi = dw[1] / jnp.sqrt(dt)
         decay = jnp.exp(-model.friction * dt)
         spread = jnp.sqrt(model.temperature / model.mass * (1 - decay**2))
-        v = v + 0.5 * dt * model.force(q) / model.mass
+        v = v + 0.5 * dt * state / model.mass  # state: the force at q, from the last step
         q = q + 0.5 * dt * v
         v = decay * v + spread * xi
         q = q + 0.5 * dt * v
-        v = v + 0.5 * dt * model.force(q) / model.mass
-        return jnp.stack([q, v])
+        force = model.force(q)
+        v = v + 0.5 * dt * force / model.mass
+        return jnp.stack([q, v]), force

@@ -47,10 +47,12 @@ class AbstractSymplectic(AbstractFixedStepSolver):
         if "kicks" in cls.__dict__:
             assert len(cls.kicks) == len(cls.drifts) + 1
             assert abs(sum(cls.kicks) - 1) < 1e-12 and abs(sum(cls.drifts) - 1) < 1e-12
-            cls.evals_per_step = sum(1 for k in cls.kicks if k != 0)
+            forces = sum(1 for k in cls.kicks if k != 0)
             # the closing kick's force, at the step's end, opens the next step (leapfrog's
-            # velocity Verlet form): one force evaluation per step saved
-            cls.fsal = cls.kicks[0] != 0 and cls.kicks[-1] != 0
+            # velocity Verlet form): one force evaluation per step saved, carried as the state
+            fsal = cls.kicks[0] != 0 and cls.kicks[-1] != 0
+            cls.init_evals = int(fsal)
+            cls.evals_per_step = forces - int(fsal)
 
     def check_model(self, model, t0, y0) -> None:
         name = type(self).__name__
@@ -79,19 +81,16 @@ class AbstractSymplectic(AbstractFixedStepSolver):
             "the model as a ds.AbstractSecondOrder or ds.AbstractSeparableHamiltonian."
         )
 
-    def step(self, model, t, y, dt):
-        return self._step(model, t, y, dt, None)[0]
+    def init(self, model, t0, y0):
+        if not self.fsal:
+            return None
+        q, p = split_pair(y0)
+        return _drift_and_kick(model)[1](t0, q, p)
 
-    def first_evaluation(self, model, t, y):
-        q, p = split_pair(y)
-        return _drift_and_kick(model)[1](t, q, p)
-
-    def step_fsal(self, model, t, y, dt, first):
-        return self._step(model, t, y, dt, first)
-
-    def _step(self, model, t, y, dt, first):
-        """The splitting from (t, y); with `first`, the force of the opening kick is given.
+    def advance(self, model, t, y, dt, state, dw):
+        """The splitting from (t, y); an FSAL method's `state` is the force of the opening kick.
         Returns the new state and the force of the closing kick (None without one)."""
+        first = state
         drift, kick = _drift_and_kick(model)
         q, p = split_pair(y)
         t_q = t  # the time the positions have reached; kicks are evaluated there
@@ -108,7 +107,7 @@ class AbstractSymplectic(AbstractFixedStepSolver):
             # also the next step's opening force
             last = kick(t_q, q, p)
             p = _axpy(p, self.kicks[-1] * dt, last)
-        return join_pair(y, q, p), last
+        return join_pair(y, q, p), (last if self.fsal else None)
 
 
 class SymplecticEuler(AbstractSymplectic):

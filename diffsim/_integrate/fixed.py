@@ -1,0 +1,152 @@
+"""The fixed-step families' solve (Runge–Kutta, symplectic and stochastic methods alike): the
+steps planned on the output grid, run in a `lax.scan` over output intervals of `fori_loop`s over
+steps (checkpointed in blocks for reverse mode), or in the event loop when there are events."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._results import RESULTS
+from .._solver.base import AbstractFixedStepSolver
+from .._validate import is_count, is_traced, MAX_COUNT
+from .common import advance, guard_inputs, mask_invalid, nonfinite_code
+from .event_loop import loop_bound, solve_fixed_events
+from .families import Solved, SolveRequest, solves
+from .time_grid import plan_fixed_steps, warn_unresolved_step
+
+
+@solves(AbstractFixedStepSolver)
+def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -> Solved:
+    """Plan the steps of `request` on its output grid and run the fixed-step loop."""
+    plan = plan_fixed_steps(
+        request.host_ts, request.dt, request.steps_per_save, type(solver).__name__
+    )
+    if request.adjoint != "auto":
+        raise ValueError("adjoint applies to adaptive solvers; fixed-step ones use checkpoint")
+    times, events = request.ts, request.events
+    total = plan.steps_per_save * (times.shape[0] - 1)
+    _check_step_count(total, events)
+    if not is_traced(request.host_ts):
+        warn_unresolved_step(request.host_ts, plan, request.dtype)
+    if events is None:
+        ys, stats, result = _solve_fixed(
+            solver,
+            request.model,
+            request.y0,
+            times,
+            plan.steps,
+            steps_per_save=plan.steps_per_save,
+            block=_checkpoint_block(request.checkpoint, total, plan.steps_per_save),
+            key=request.key,
+        )
+        return Solved(ys, stats, result)
+    counts = (
+        np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
+        if plan.steps is None
+        else plan.steps
+    )
+    bound = loop_bound(events, total)
+    # Short runs store every step for reverse mode: checkpoint blocks would double the compile
+    # time of the event loop for memory that does not matter at this length.
+    stored = request.checkpoint == "auto" and bound <= _EVENT_STEPS_STORED
+    ys, reached, records, stats, result = solve_fixed_events(
+        solver,
+        request.model,
+        request.y0,
+        times,
+        jnp.asarray(counts),
+        events,
+        grid_steps=total,
+        block=None if stored else _checkpoint_block(request.checkpoint, bound, 1),
+    )
+    return Solved(ys, stats, result, reached, records)
+
+
+# Fixed-step event loops up to this many iterations keep every step for reverse mode under
+# checkpoint="auto" (~100 kB for a 10-component state and RK4's stages).
+_EVENT_STEPS_STORED = 4096
+
+
+def _check_step_count(total: int, events) -> None:
+    """A fixed-step solve counts its steps (and the iterations of its event loop) in int32."""
+    iterations = total if events is None else loop_bound(events, total)
+    if iterations > MAX_COUNT:
+        raise ValueError(
+            f"this fixed-step solve would take {iterations:,} steps, more than its int32 step "
+            f"counter holds (2**31 - 1 = {MAX_COUNT:,}): use a larger dt, or an adaptive "
+            "solver, or split the time span into several simulate calls"
+        )
+
+
+def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int | None:
+    """Steps per checkpointed block for a fixed-step run of `total_steps` steps."""
+    if checkpoint is None:
+        return None
+    if checkpoint == "auto":
+        target = math.isqrt(total_steps - 1) + 1  # ceil(sqrt(total_steps))
+        if steps_per_save <= target:
+            return target
+        # Prefer a divisor of the interval's step count near the target: no tail loop to compile.
+        divisors = [
+            d for d in range(max(1, target // 2), 2 * target + 1) if steps_per_save % d == 0
+        ]
+        return min(divisors, key=lambda d: abs(d - target)) if divisors else target
+    if not is_count(checkpoint) or checkpoint < 1:
+        raise ValueError(
+            f"checkpoint must be 'auto', None (store every step) or an int >= 1 (steps per "
+            f"checkpointed block), got {checkpoint!r}"
+        )
+    return int(checkpoint)
+
+
+@eqx.filter_jit
+def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key):
+    valid, model, y0, ts = guard_inputs(model, y0, ts)
+    masked = steps is not None
+    counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
+    # index of each interval's first step in the whole solve (the Brownian path's clock)
+    offsets = jnp.cumsum(counts) - counts
+    noise_shape = None if key is None else model.brownian_shape(y0)
+
+    def interval(y, xs):
+        t_start, t_end, count, offset = xs
+        h = (t_end - t_start) / count.astype(ts.dtype)
+
+        def one_step(j, carry):
+            t = t_start + jnp.asarray(j).astype(ts.dtype) * h  # a Python int under disable_jit
+            y, state = carry
+            dw = None if key is None else solver.noise(key, offset + j, noise_shape, h)
+            carry_next = solver.advance(model, t, y, h, state, dw)
+            if masked:  # steps beyond this interval's own count leave the state unchanged
+                carry_next = jax.tree.map(
+                    lambda a, b: jnp.where(j < count, a, b), carry_next, carry
+                )
+            return carry_next
+
+        # the solver state (an FSAL evaluation) restarts at each output interval
+        y, _ = advance(one_step, (y, solver.init(model, t_start, y)), steps_per_save, block)
+        return y, y
+
+    if block is not None and steps_per_save <= block:
+        # Short intervals: reverse mode keeps one state per output time and recomputes the steps
+        # of one interval at a time.
+        interval = jax.checkpoint(interval)
+    if ts.shape[0] == 2:
+        # One output interval (e.g. only the final state is wanted): no loop over intervals,
+        # which saves XLA a while loop to compile.
+        _, last = interval(y0, (ts[0], ts[1], counts[0], offsets[0]))
+        ys = jax.tree.map(lambda y: y[None], last)
+    else:
+        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts, offsets))
+    ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
+    num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
+    stats = {"num_steps": num_steps, "num_rejected_steps": jnp.zeros_like(num_steps)}
+    evals = solver.function_evals(num_steps, ts.shape[0] - 1)
+    if evals is not None:
+        stats["num_function_evals"] = evals
+    result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
+    return mask_invalid(valid, ys), stats, result
