@@ -127,7 +127,7 @@ def run(out_dir="out/kepler_energy", quick: bool = False) -> dict:
     energy, momentum, stats = {}, {}, {}
     for name, solver in solvers.items():
         start = time.perf_counter()
-        if isinstance(solver, ds.AbstractAdaptiveSolver):
+        if solver.adaptive:
             # the static bound: as many steps as the fixed-step solvers take (Tsit5 needs ~30%)
             sol = ds.simulate(model, y0, ts, solver=solver, max_steps=total)
         else:

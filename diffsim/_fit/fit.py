@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._events import as_events, Event
-from .._model import AbstractODE
+from .._model import AbstractODE, check_model
 from .._solver.adaptive import Tsit5
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
@@ -294,8 +294,7 @@ def _check_arguments(spec: FitSpec) -> AbstractSolver:
     when none was given)."""
     if spec.key is not None:
         check_key("key", spec.key)
-    if not isinstance(spec.model, AbstractODE):
-        raise TypeError(f"model must be a diffsim model (ds.AbstractODE), got {type(spec.model)}")
+    check_model("model", spec.model)
     solver = Tsit5(rtol=1e-8, atol=1e-8) if spec.solver is None else spec.solver
     check_solver("solver", solver)
     if spec.loss not in LOSSES:

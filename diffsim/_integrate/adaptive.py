@@ -74,6 +74,15 @@ def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest)
         ) from None
 
 
+class _Controls(NamedTuple):
+    """The step-size controller's settings, traced (new ones do not recompile)."""
+
+    rtol: Array
+    atol: Array  # a scalar, or one tolerance per component of an array state
+    dtmin: Array | None  # the solve stops with step_size_collapsed below it
+    dt0: Array  # the first step
+
+
 def _prepare(solver, inner, model, y0, ts, dt0):
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
@@ -86,12 +95,12 @@ def _prepare(solver, inner, model, y0, ts, dt0):
     if dt0 is None:
         dt0 = initial_step(inner, model.vector_field, ts[0], y0, rtol, atol)
     dt0 = jnp.asarray(dt0, dtype)
-    return valid, model, y0, ts, (rtol, atol, dtmin, dt0)
+    return valid, model, y0, ts, _Controls(rtol, atol, dtmin, dt0)
 
 
 def _solve(model, y0, ts, controls, t_start, conditions, *, inner, max_steps, adjoint, directions):
     """Dispatch to the solve whose derivatives `adjoint` asks for."""
-    args = (model, y0, ts, *controls, t_start, conditions)
+    args = (model, y0, ts, controls, t_start, conditions)
     if adjoint == "auto":
         return _diffeqsolve_any_order(
             *args, inner=inner, max_steps=max_steps, directions=directions
@@ -267,25 +276,13 @@ class _Segment(NamedTuple):
 
 
 def _diffeqsolve(
-    model,
-    y0,
-    ts,
-    rtol,
-    atol,
-    dtmin,
-    dt0,
-    span,
-    conditions,
-    *,
-    inner,
-    max_steps,
-    adjoint,
-    directions,
+    model, y0, ts, controls, span, conditions, *, inner, max_steps, adjoint, directions
 ):
     """One diffrax solve saving at `ts` (clipped to `span` = (t0, t1) when given, with the
     events `conditions`), as a `_Segment`."""
     # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
     # result code instead of being accepted with an error above the tolerance.
+    rtol, atol, dtmin, dt0 = controls
     controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
     t0, t1 = (ts[0], ts[-1]) if span is None else span
     event = None
@@ -364,7 +361,7 @@ def _diffeqsolve(
 
 @eqx.filter_custom_jvp
 def _diffeqsolve_any_order(
-    model, y0, ts, rtol, atol, dtmin, dt0, span, conditions, *, inner, max_steps, directions
+    model, y0, ts, controls, span, conditions, *, inner, max_steps, directions
 ):
     """The default adaptive solve. Undifferentiated it runs diffrax's plain loop;
     differentiated, the rule below runs forward mode through `diffrax.DirectAdjoint`, whose
@@ -375,18 +372,13 @@ def _diffeqsolve_any_order(
     cost."""
     if conditions is None and span is None and supports(inner):
         return _Segment(
-            *solve_erk(
-                inner, model.vector_field, y0, ts, rtol, atol, dtmin, dt0, max_steps=max_steps
-            )
+            *solve_erk(inner, model.vector_field, y0, ts, *controls, max_steps=max_steps)
         )
     return _diffeqsolve(
         model,
         y0,
         ts,
-        rtol,
-        atol,
-        dtmin,
-        dt0,
+        controls,
         span,
         conditions,
         inner=inner,

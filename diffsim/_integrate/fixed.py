@@ -110,7 +110,8 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
     # index of each interval's first step in the whole solve (the Brownian path's clock)
     offsets = jnp.cumsum(counts) - counts
-    noise_shape = None if key is None else model.brownian_shape(y0)
+    # the Brownian increments' shape (stochastic methods); ODE methods' noise is None
+    noise_shape = model.brownian_shape(y0) if solver.stochastic else None
 
     def interval(y, xs):
         t_start, t_end, count, offset = xs
@@ -119,7 +120,7 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
         def one_step(j, carry):
             t = t_start + jnp.asarray(j).astype(ts.dtype) * h  # a Python int under disable_jit
             y, state = carry
-            dw = None if key is None else solver.noise(key, offset + j, noise_shape, h)
+            dw = solver.noise(key, offset + j, noise_shape, h)
             carry_next = solver.advance(model, t, y, h, state, dw)
             if masked:  # steps beyond this interval's own count leave the state unchanged
                 carry_next = jax.tree.map(

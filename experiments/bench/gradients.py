@@ -41,7 +41,7 @@ def _model(params):
 
 def diffsim_loss(solver, steps, t1=10.0):
     ts = jnp.linspace(0.0, t1, 11)
-    kwargs = {"dt": t1 / steps} if isinstance(solver, ds.AbstractFixedStepSolver) else {}
+    kwargs = {"dt": t1 / steps} if solver.needs_dt else {}
 
     def loss(params):
         return jnp.sum(ds.simulate(_model(params), Y0, ts, solver=solver, **kwargs).ys ** 2)
