@@ -100,6 +100,20 @@ def test_sweep_command_rejects_a_bad_config(tmp_path, capsys):
     assert "model 'Pendulum' is not in models; available: [" in capsys.readouterr().err
 
 
+def test_config_models_resolve_by_name_or_import_path():
+    # the library never imports models: a config's model is looked up at run time, by a class
+    # name of the models package or by an import path of any package
+    import models
+    from diffsim._apps.config import ConfigError, model_class
+
+    assert model_class("Lorenz") is models.Lorenz
+    assert model_class("models.chaos.Lorenz") is models.Lorenz
+    with pytest.raises(ConfigError, match="cannot import 'nowhere.at_all'"):
+        model_class("nowhere.at_all.Model")
+    with pytest.raises(ConfigError, match=r"'models.chaos.lorenz' is not in models.chaos"):
+        model_class("models.chaos.lorenz")
+
+
 def test_events_page_example_runs():
     text = (ROOT / "docs" / "events.md").read_text()
     block = text.split("## Events")[1].split("```python")[1].split("```")[0]
