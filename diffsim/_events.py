@@ -33,7 +33,9 @@ class Event(eqx.Module):
     - `max_events`: static number of occurrences recorded (and, with `reset`, allowed: one more
       crossing stops the trajectory with `ds.RESULTS.event_limit_reached`). Terminal events
       occur once. A non-terminal event without reset only records its first `max_events`
-      crossings (a Poincaré section, say) and does not change the solution.
+      crossings (a Poincaré section, say); its state is not changed, though a fixed-step solver
+      splits the step at the event (a step to the event time, then the rest of the step), which
+      moves the solution by the method's truncation error of the shorter steps.
 
     The crossing is detected from the sign of `condition` at the ends of each step and located
     inside the step by root finding on the solver's interpolant (fixed-step solvers: the cubic
@@ -229,6 +231,12 @@ class Records(eqx.Module):
         return times, states, counts
 
 
+def restarts(events) -> int:
+    """How often the integration can restart after an event: every occurrence of every event
+    that does not stop it (static; it sets the bounds of both event loops)."""
+    return sum(e.max_events for e in events if not e.terminal)
+
+
 class EventTable(eqx.Module):
     """The rules both event loops of `simulate` (fixed-step and adaptive) follow, so that the
     two fire, stop, reset and count alike: which events are watched, what a firing does, when a
@@ -251,9 +259,7 @@ class EventTable(eqx.Module):
 
     @property
     def restarts(self) -> int:
-        """How often the integration can restart after an event: every occurrence of every
-        event that does not stop it (static)."""
-        return sum(e.max_events for e in self.events if not e.terminal)
+        return restarts(self.events)
 
     @property
     def any_reset(self) -> bool:

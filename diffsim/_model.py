@@ -312,12 +312,15 @@ def check_model(name: str, model) -> None:
     """The one check that `model` is a diffsim model instance, with the fixes users need."""
     if isinstance(model, AbstractODE):
         return
-    hint = ""
+    hint, got = "", type(model).__name__
     if isinstance(model, type) and issubclass(model, AbstractODE):
-        hint = f" Pass an instance: {name}={model.__name__}(...)."
+        hint, got = (
+            f" Pass an instance: {name}={model.__name__}(...).",
+            f"the class {model.__name__}",
+        )
     elif callable(model):
         hint = " For a plain function f(t, y), wrap it: ds.ODE(f, params)."
     raise TypeError(
         f"{name} must be a diffsim model (a ds.AbstractODE subclass such as models.Lorenz, or "
-        f"ds.ODE(fn, params) for a plain function), got {type(model).__name__}.{hint}"
+        f"ds.ODE(fn, params) for a plain function), got {got}.{hint}"
     )

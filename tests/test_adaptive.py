@@ -113,7 +113,7 @@ def test_new_initial_step_does_not_recompile(caplog):
     assert not [c for c in compiles if "solve_adaptive" in c], compiles
 
 
-# --- the lean loop of undifferentiated explicit solves (diffsim/_adaptive_loop.py) ----------
+# --- the lean loop of undifferentiated explicit solves (diffsim/_integrate/erk_loop.py) ----------
 
 
 @pytest.mark.parametrize("solver_cls", [ds.Tsit5, ds.Dopri5, ds.Dopri8])

@@ -181,6 +181,38 @@ def test_earliest_event_wins_and_ties_go_in_order():
 
 
 # the adaptive variant runs the segment loop the bouncing-ball test runs (~13 s): slow extra
+def test_a_splitting_carries_its_force_through_events_under_vmap():
+    # Leapfrog carries the force of its closing kick into the next step; at an event the state
+    # changes (a reflecting wall at x = -0.9 for x'' = -x reverses v), so the force is taken
+    # afresh there. Member 0 (amplitude 1) reflects at t1 = arccos(-0.9), 3 t1, ...; member 1
+    # (amplitude 0.5) never reaches the wall and must equal the plain solve, in which the
+    # force is carried the same way.
+    oscillator = models.HarmonicOscillator(omega=1.0)
+    wall = ds.Event(
+        lambda t, y: y[0] + 0.9,
+        direction=-1,
+        reset=lambda t, y: y.at[1].multiply(-1.0),
+        max_events=3,
+    )
+    ts = jnp.linspace(0.0, 10.0, 11)
+    y0s = jnp.array([[1.0, 0.0], [0.5, 0.0]])
+    options = dict(solver=ds.Leapfrog(), dt=0.01)
+    sol = jax.vmap(lambda y0: ds.simulate(oscillator, y0, ts, events=wall, **options))(y0s)
+    t1 = math.acos(-0.9)
+    # Leapfrog's phase error at dt = 0.01 is ~dt²/24 a unit time: ~1e-5 at t = 8
+    np.testing.assert_allclose(sol.event_time[0, :2], [t1, 3 * t1], atol=1e-4)
+    assert [int(c) for c in sol.event_count] == [2, 0]
+    plain = ds.simulate(oscillator, y0s[1], ts, **options)
+    np.testing.assert_allclose(sol.ys[1], plain.ys, rtol=1e-12, atol=1e-12)
+    # the wall is elastic and Leapfrog keeps the energy to O(dt²)
+    energy = 0.5 * (sol.ys[0, :, 0] ** 2 + sol.ys[0, :, 1] ** 2)
+    np.testing.assert_allclose(energy, 0.5, atol=1e-4)
+    # one force a step, one more each time the loop starts (t0 and after each event), and 3
+    # per located event (the interpolant's two ends and the restart value)
+    steps, events = np.asarray(sol.stats["num_steps"]), np.asarray(sol.stats["num_events"])
+    np.testing.assert_array_equal(sol.stats["num_function_evals"], steps + 1 + 4 * events)
+
+
 @pytest.mark.parametrize("name", ["RK4", pytest.param("Tsit5", marks=pytest.mark.slow)])
 def test_recording_event_leaves_the_solution_unchanged(name):
     # A Poincaré-like section: upward zero crossings of x for x'' = -x from (1, 0) happen at

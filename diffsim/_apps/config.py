@@ -89,20 +89,29 @@ def writable_folder(path: str, what: str, error=ConfigError) -> None:
         ) from None
 
 
-# Where a bare model name in a config is looked up: the project's models package, imported at
-# run time (the library itself never imports it). A dotted name is an import path of its own.
-MODEL_PACKAGE = "models"
+# The packages a config may take a model from, imported at run time (the library itself never
+# imports them): a bare name is a class of the first, a dotted name a path inside one of them.
+# A config is data: it names known models and never makes diffsim import an arbitrary module.
+MODEL_PACKAGES = ("models",)
 
 
 def model_class(name) -> type:
-    """The model class a config names: `"Lorenz"` (a class of the `models` package) or an import
-    path `"package.module.Class"`; raises `ConfigError` naming what is available."""
+    """The model class a config names: `"Lorenz"` (a class of the `models` package) or a path
+    inside it, `"models.chaos.Lorenz"`; raises `ConfigError` naming what is available."""
     import importlib
 
     import diffsim as ds
 
     name = str(name)
-    module_name, _, attribute = name.rpartition(".") if "." in name else (MODEL_PACKAGE, "", name)
+    if "." in name:
+        module_name, _, attribute = name.rpartition(".")
+        if module_name.split(".")[0] not in MODEL_PACKAGES:
+            raise ConfigError(
+                f"model {name!r}: a config names a model of {' or '.join(MODEL_PACKAGES)} "
+                f"(e.g. 'Lorenz' or 'models.chaos.Lorenz'), not of {module_name.split('.')[0]!r}"
+            )
+    else:
+        module_name, attribute = MODEL_PACKAGES[0], name
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

@@ -1,6 +1,6 @@
 """A fit described in a TOML file, for `diffsim fit CONFIG.toml`.
 
-model = "LotkaVolterra"                  # a class of the `models` package (or "pkg.module.Model")
+model = "LotkaVolterra"                  # a class of the `models` package
 parameters = { alpha = 0.55 }            # initial guesses and fixed values (optional)
 y0 = [30.0, 4.0]                         # initial state (guess where fitted)
 data = "../data/lynx_hare.csv"           # CSV with a header row, relative to this file

@@ -1,6 +1,6 @@
 """A sweep described in a TOML file, for `diffsim sweep CONFIG.toml`.
 
-    model = "DampedPendulum"              # a class of the `models` package (or "pkg.module.Model")
+    model = "DampedPendulum"              # a class of the `models` package
     parameters = { gravity = 9.81 }       # fixed model parameters (optional)
     y0 = [1.0, 0.0]
     ts = { start = 0.0, stop = 20.0, num = 201 }   # or a list of times

@@ -2,6 +2,7 @@
 problem, optimiser and data the fit runs assembled from them (`FitSpec` → `FitSetup`)."""
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -294,8 +295,6 @@ def _checked_events(events, model):
         return None
     resolved = events
     if callable(events) and not isinstance(events, Event):
-        import inspect
-
         try:
             takes_one = len(inspect.signature(events).parameters) == 1
         except (TypeError, ValueError):
@@ -491,6 +490,3 @@ def with_jacobian(optimizer: opt.Optimizer, problem: Problem) -> opt.Optimizer:
     residuals = problem.values.size + (len(problem.windows) - 1) * problem.y0.size
     jac = "fwd" if problem.layout.size <= residuals else "bwd"
     return dataclasses.replace(optimizer, jac=jac)
-
-
-# --- running ------------------------------------------------------------------------------------

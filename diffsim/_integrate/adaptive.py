@@ -30,7 +30,7 @@ from .._validate import (
     is_traced,
 )
 from .common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
-from .erk_loop import initial_step, solve_erk, supports
+from .erk_loop import Controls, initial_step, solve_erk, supports
 from .families import Solved, SolveRequest, solves
 
 
@@ -59,11 +59,10 @@ def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest)
     arguments = (solver, request.model, request.y0, request.ts, dt)
     try:
         if request.events is None:
-            return Solved(*solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint))
-        ys, reached, records, stats, result = solve_adaptive_events(
+            return solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint)
+        return solve_adaptive_events(
             *arguments, request.events, max_steps=int(max_steps), adjoint=adjoint
         )
-        return Solved(ys, stats, result, reached, records)
     except TypeError as error:
         if "forward-mode autodiff" not in str(error):
             raise
@@ -72,15 +71,6 @@ def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest)
             "jax.vjp); for forward mode (jax.jvp, jax.jacfwd, jax.hessian) use "
             "simulate(..., adjoint='auto'), the default"
         ) from None
-
-
-class _Controls(NamedTuple):
-    """The step-size controller's settings, traced (new ones do not recompile)."""
-
-    rtol: Array
-    atol: Array  # a scalar, or one tolerance per component of an array state
-    dtmin: Array | None  # the solve stops with step_size_collapsed below it
-    dt0: Array  # the first step
 
 
 def _prepare(solver, inner, model, y0, ts, dt0):
@@ -95,7 +85,7 @@ def _prepare(solver, inner, model, y0, ts, dt0):
     if dt0 is None:
         dt0 = initial_step(inner, model.vector_field, ts[0], y0, rtol, atol)
     dt0 = jnp.asarray(dt0, dtype)
-    return valid, model, y0, ts, _Controls(rtol, atol, dtmin, dt0)
+    return valid, model, y0, ts, Controls(rtol, atol, dtmin, dt0)
 
 
 def _solve(model, y0, ts, controls, t_start, conditions, *, inner, max_steps, adjoint, directions):
@@ -138,7 +128,7 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     )
     code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    return mask_invalid(valid, out.ys), _stats(inner, out.accepted, out.rejected), result
+    return Solved(mask_invalid(valid, out.ys), _stats(inner, out.accepted, out.rejected), result)
 
 
 class _Condition(eqx.Module):
@@ -174,7 +164,7 @@ class _SegmentState(NamedTuple):
 
 @eqx.filter_jit
 def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int, adjoint):
-    """Adaptive solve with events; returns (ys, reached, records, stats, result)."""
+    """Adaptive solve with events: segments of diffrax solves between events."""
     inner = solver.to_diffrax()
     valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
     dtype = ts.dtype
@@ -258,7 +248,13 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
     result = events_result(valid, final.ys, final.filled, final.code)
     stats = _stats(inner, final.accepted, final.rejected)
     stats["num_events"] = jnp.sum(final.records.counts, dtype=jnp.int32)
-    return mask_invalid(valid, final.ys), final.filled & valid, final.records, stats, result
+    return Solved(
+        ys=mask_invalid(valid, final.ys),
+        stats=stats,
+        result=result,
+        reached=final.filled & valid,
+        records=final.records,
+    )
 
 
 class _Segment(NamedTuple):
@@ -282,8 +278,9 @@ def _diffeqsolve(
     events `conditions`), as a `_Segment`."""
     # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
     # result code instead of being accepted with an error above the tolerance.
-    rtol, atol, dtmin, dt0 = controls
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, dtmin=dtmin, force_dtmin=False)
+    controller = diffrax.PIDController(
+        rtol=controls.rtol, atol=controls.atol, dtmin=controls.dtmin, force_dtmin=False
+    )
     t0, t1 = (ts[0], ts[-1]) if span is None else span
     event = None
     # only the final state wanted: diffrax then runs no save loop inside its step loop
@@ -306,7 +303,7 @@ def _diffeqsolve(
         inner,
         t0=t0,
         t1=t1,
-        dt0=dt0,
+        dt0=controls.dt0,
         y0=y0,
         saveat=saveat,
         stepsize_controller=controller,
@@ -372,7 +369,7 @@ def _diffeqsolve_any_order(
     cost."""
     if conditions is None and span is None and supports(inner):
         return _Segment(
-            *solve_erk(inner, model.vector_field, y0, ts, *controls, max_steps=max_steps)
+            *solve_erk(inner, model.vector_field, y0, ts, controls, max_steps=max_steps)
         )
     return _diffeqsolve(
         model,

@@ -19,7 +19,7 @@ def guard_inputs(model, y0, ts, extra=True):
     Each input is replaced on its own, only where it is itself bad (a non-finite leaf, a
     parameter that breaks its constraint, times that do not increase): a check that spanned
     all inputs would turn parameters shared by a whole `vmap` batch into per-member arrays, and
-    every step would pay for that)."""
+    every step would pay for that."""
     increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
     valid = all_finite(model) & constraints_hold(model) & all_finite(y0) & increasing & extra
     ts = jnp.where(increasing, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))

@@ -65,6 +65,15 @@ def initial_step(inner, vector_field, t0, y0, rtol, atol):
     return lax.stop_gradient(jnp.minimum(100 * h0, h1).astype(jnp.result_type(t0)))
 
 
+class Controls(NamedTuple):
+    """The step-size controller's settings, traced (new ones do not recompile)."""
+
+    rtol: Array
+    atol: Array  # a scalar, or one tolerance per component of an array state
+    dtmin: Array | None  # the solve stops with step_size_collapsed below it
+    dt0: Array  # the first step
+
+
 class _State(NamedTuple):
     """The carry of the lean adaptive loop."""
 
@@ -79,11 +88,11 @@ class _State(NamedTuple):
     code: Array  # int32 RESULTS code (step_size_collapsed below dtmin)
 
 
-def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps: int):
+def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int):
     """Solve dy/dt = vector_field(t, y) from y0 at ts[0], saving at every time in ts, with
-    first step `dt0` (see `initial_step`).
+    the step-size `controls` (first step `controls.dt0`, see `initial_step`).
 
-    Returns (ys, code, accepted, rejected) as `_adaptive._diffeqsolve` does: `ys` (rows not
+    Returns (ys, code, accepted, rejected), the fields of `adaptive._Segment`: `ys` (rows not
     reached hold inf, as diffrax's), `code` (a `RESULTS` value) and the step counts."""
     tableau = ButcherTableau.from_diffrax(inner.tableau)
     error_order = inner.order(diffrax.ODETerm(vector_field))
@@ -94,8 +103,9 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
     # by one; here from the spacing above t1: the same but at a power of two, twice as wide)
     t1_floor = t1 - 100 * (jnp.nextafter(t1, jnp.array(jnp.inf, dtype)) - t1)
 
+    rtol, atol, dtmin = controls.rtol, controls.atol, controls.dtmin
     f0 = vector_field(t0, y0)
-    dt0 = jnp.asarray(dt0, dtype)
+    dt0 = jnp.asarray(controls.dt0, dtype)
     if dtmin is not None:
         dt0 = jnp.maximum(dt0, dtmin)
     ys = jax.tree.map(lambda y: jnp.full((n,) + y.shape, jnp.inf, y.dtype).at[0].set(y), y0)
@@ -104,8 +114,9 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
         """One step of the pair: the new state, its error estimate, the stages (as increments
         h·f, the form diffrax's dense output takes) and the vector field at the new state."""
         h = t_next - t
-        # stages as increments combined with unit weight, y + Σ a·(h f): diffrax's arithmetic,
-        # so that accept decisions at round-off (float32 near its epsilon) fall as diffrax's
+        # stages as increments combined with unit weight, y + Σ a·(h f), as diffrax combines
+        # them (scaling the sum by h instead moves accept decisions that sit at round-off, in
+        # float32 near its epsilon, off diffrax's)
         ks = [_scale(h, f_y)]
         for c, a in zip(tableau.c[1:], tableau.a):
             ks.append(_scale(h, vector_field(t + c * h, combine(y, 1, a, ks))))
@@ -116,7 +127,8 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
         return y1, error, ks, f_y1
 
     def step(state: _State) -> _State:
-        t, t_next, y, f_y, ys, saved, accepted, rejected, code = state
+        t, t_next, y, f_y = state.t, state.t_next, state.y, state.f_y
+        ys, saved, code = state.ys, state.saved, state.code
         y1, error, ks, f_y1 = attempt(t, t_next, y, f_y)
         error = jax.tree.map(lambda e: jnp.where(jnp.isnan(e), jnp.inf, e), error)
 
@@ -169,8 +181,8 @@ def solve_erk(inner, vector_field, y0, ts, rtol, atol, dtmin, dt0, *, max_steps:
             f_y=select(f_y1, f_y),
             ys=ys,
             saved=saved,
-            accepted=accepted + keep.astype(jnp.int32),
-            rejected=rejected + (~keep).astype(jnp.int32),
+            accepted=state.accepted + keep.astype(jnp.int32),
+            rejected=state.rejected + (~keep).astype(jnp.int32),
             code=code,
         )
 

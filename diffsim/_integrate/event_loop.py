@@ -1,5 +1,6 @@
-"""The solves of `simulate(..., events=...)`: fixed-step and adaptive loops that locate zero
-crossings of event conditions inside steps, stop or reset there, and record them.
+"""The fixed-step solve of `simulate(..., events=...)`: a loop that locates zero crossings of
+event conditions inside steps, stops or resets there, and records them (the adaptive event
+solve, segments of diffrax solves, is in `adaptive`; the rules both follow are `EventTable`).
 
 Fixed-step solvers run one loop whose iterations either take a step to the next point of the step
 grid or, when a condition changed sign over that step, move to the located event time instead
@@ -8,9 +9,6 @@ fall on grid points as without events, and the loop has a static bound: the step
 iteration per allowed event. Work is skipped where JAX allows: the root finding runs only on
 steps where some member of the batch crossed (`unvmap_any`), and iterations after every member
 has finished do nothing.
-
-Adaptive solvers run diffrax's own event detection and root finding, one diffrax solve per
-segment between events, in a `lax.scan` over segments.
 """
 
 from typing import NamedTuple
@@ -22,8 +20,9 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, PyTree
 
-from .._events import crossed, evaluate, EventTable, Records
+from .._events import crossed, evaluate, EventTable, Records, restarts
 from .common import advance, events_result, guard_inputs, mask_invalid
+from .families import Solved
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
 # superlinearly, so this reaches round-off on any step in double precision.
@@ -36,7 +35,7 @@ _NEWTON_POLISH = 2
 def loop_bound(events, grid_steps: int) -> int:
     """Static iterations of the fixed-step event loop: every grid step, every event that can
     restart the integration, and one more for the event that exceeds its limit."""
-    return grid_steps + EventTable(events).restarts + 1
+    return grid_steps + restarts(events) + 1
 
 
 class _State(NamedTuple):
@@ -63,14 +62,12 @@ class _Step(NamedTuple):
     solver_state: PyTree
     g: tuple  # the condition values the next test starts from
     which: Array  # int32: the event that fired (0 when none did)
-    y_event: PyTree  # the state at the event before its reset (the end state without one)
 
 
 @eqx.filter_jit
 def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int, block):
     """Fixed-step solve with events. `counts`: steps in each output interval (int array);
-    `grid_steps`: static upper bound of their sum. Returns (ys, reached, records, stats,
-    result)."""
+    `grid_steps`: static upper bound of their sum."""
     valid, model, y0, ts = guard_inputs(model, y0, ts)
     dtype = ts.dtype
     table = EventTable(events)
@@ -116,7 +113,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
         hits = [(h > 0) & crossed(e, c.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
         live = ~c.done
         any_hit = jnp.any(jnp.stack(hits)) & live
-        plain = _Step(target, y1, state1, g1, zero, y1)
+        plain = _Step(target, y1, state1, g1, zero)
 
         def no_event():
             return plain, c.records
@@ -132,7 +129,6 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
                 solver_state=solver.init(model, t_ev, y_next),
                 g=table.restart(model, t_ev, y_next, time_scale),
                 which=which,
-                y_event=y_ev,
             )
             # batch members without a crossing keep their plain step
             step = jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
@@ -155,7 +151,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             c.ys,
         )
         lost = table.lost(g1, y1)
-        small = dict(
+        advanced = c._replace(
             t=new.t,
             y=new.y,
             solver_state=new.solver_state,
@@ -167,12 +163,14 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             steps=c.steps + 1,
         )
         # a finished member keeps its state; the buffers are only written where live, so they
-        # are updated in place rather than selected whole
-        small = {
-            k: jax.tree.map(lambda a, b: jnp.where(live, a, b), v, getattr(c, k))
-            for k, v in small.items()
-        }
-        return _State(records=records, ys=ys, **small)
+        # are updated in place rather than selected whole (None: left out of the selection)
+        unbuffered = dict(records=None, ys=None)
+        kept = jax.tree.map(
+            lambda a, b: jnp.where(live, a, b),
+            advanced._replace(**unbuffered),
+            c._replace(**unbuffered),
+        )
+        return kept._replace(records=records, ys=ys)
 
     def iteration(_, c: _State) -> _State:
         return lax.cond(eqxi.unvmap_any(~c.done), body, lambda c: c, c)
@@ -188,7 +186,13 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     if evals is not None:
         stats["num_function_evals"] = evals + 3 * num_events
     stats["num_events"] = num_events
-    return mask_invalid(valid, final.ys), reached & valid, final.records, stats, result
+    return Solved(
+        ys=mask_invalid(valid, final.ys),
+        stats=stats,
+        result=result,
+        reached=reached & valid,
+        records=final.records,
+    )
 
 
 def _hermite(theta, h, y0, f0, y1, f1):

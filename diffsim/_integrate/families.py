@@ -2,24 +2,31 @@
 
 Each family's solve registers itself for the family's base class (`@solves(AbstractFamily)`);
 `simulate` looks the solver up along its class's method resolution order, so a subclass runs
-its family's loop and a new family (a base class in `_solver/` and its loop here) is added
-without touching `simulate`, `sweep` or `fit`.
+its family's loop and a new family (a base class in `_solver/` and its loop here, imported
+in `_integrate/__init__.py`) is added without touching `simulate`, `sweep` or `fit`.
 """
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+import diffrax
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Key, PyTree
+
+from .._events import Event, Records
+from .._model import AbstractODE
 from .._solver.base import AbstractSolver
 
 
 class Solved(NamedTuple):
     """What a family's solve returns to `simulate`."""
 
-    ys: Any  # the states at the output times, a pytree like y0 with a leading time axis
-    stats: dict  # num_steps, num_rejected_steps, num_function_evals (when known), num_events
-    result: Any  # int32 RESULTS code
-    reached: Any = None  # with events: bool (times,), False after a terminal event
-    records: Any = None  # with events: the `Records` of every occurrence
+    ys: PyTree[Array]  # the states at the output times, like y0 with a leading time axis
+    stats: dict[str, Int[Array, ""]]  # num_steps, num_rejected_steps, num_function_evals
+    # (when known), num_events
+    result: Int[Array, ""]  # RESULTS code
+    reached: Bool[Array, " times"] | None = None  # with events: False after a terminal event
+    records: Records | None = None  # with events: every occurrence
 
 
 _SOLVES: dict[type, Callable[..., Solved]] = {}
@@ -49,15 +56,16 @@ def solve_of(solver: AbstractSolver) -> Callable[..., Solved]:
 class SolveRequest(NamedTuple):
     """One `simulate` call after its common checks, passed whole to the family's solve."""
 
-    model: Any  # cast to the state's precision
-    y0: Any  # the initial state, a pytree of arrays
-    ts: Any  # output times, an array in the state's real dtype (traced under jit)
-    host_ts: Any  # the same times as a NumPy array when concrete (plans fixed steps), else traced
-    dtype: Any  # the real dtype of the solve
-    events: tuple | None  # the events, cast to the state's precision
-    key: Any  # the Brownian path's PRNG key of a stochastic solve, else None
-    dt: Any  # fixed step, or an adaptive solver's first step; None when not given
+    model: AbstractODE  # cast to the state's precision
+    y0: PyTree[Array]  # the initial state
+    ts: Float[Array, " times"]  # in the state's real dtype (traced under jit)
+    host_ts: np.ndarray | Array  # the same times on the host when concrete (they plan fixed
+    # steps), else the traced ts
+    dtype: np.dtype  # the real dtype of the solve
+    events: tuple[Event, ...] | None  # cast to the state's precision
+    key: Key[Array, ""] | None  # the Brownian path's key of a stochastic solve
+    dt: float | Array | None  # the fixed step, or an adaptive solver's first step
     steps_per_save: int | None
     max_steps: int
-    checkpoint: Any
-    adjoint: Any
+    checkpoint: int | str | None  # "auto", None or steps per checkpointed block
+    adjoint: str | diffrax.AbstractAdjoint

@@ -33,7 +33,7 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
     if not is_traced(request.host_ts):
         warn_unresolved_step(request.host_ts, plan, request.dtype)
     if events is None:
-        ys, stats, result = _solve_fixed(
+        return _solve_fixed(
             solver,
             request.model,
             request.y0,
@@ -43,7 +43,6 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
             block=_checkpoint_block(request.checkpoint, total, plan.steps_per_save),
             key=request.key,
         )
-        return Solved(ys, stats, result)
     counts = (
         np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
         if plan.steps is None
@@ -53,7 +52,7 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
     # Short runs store every step for reverse mode: checkpoint blocks would double the compile
     # time of the event loop for memory that does not matter at this length.
     stored = request.checkpoint == "auto" and bound <= _EVENT_STEPS_STORED
-    ys, reached, records, stats, result = solve_fixed_events(
+    return solve_fixed_events(
         solver,
         request.model,
         request.y0,
@@ -63,7 +62,6 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
         grid_steps=total,
         block=None if stored else _checkpoint_block(request.checkpoint, bound, 1),
     )
-    return Solved(ys, stats, result, reached, records)
 
 
 # Fixed-step event loops up to this many iterations keep every step for reverse mode under
@@ -128,7 +126,9 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
                 )
             return carry_next
 
-        # the solver state (an FSAL evaluation) restarts at each output interval
+        # each output interval is a loop of its own (the scan over intervals saves its end), so
+        # a carried evaluation starts afresh there: one more evaluation an interval
+
         y, _ = advance(one_step, (y, solver.init(model, t_start, y)), steps_per_save, block)
         return y, y
 
@@ -150,4 +150,4 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     if evals is not None:
         stats["num_function_evals"] = evals
     result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
-    return mask_invalid(valid, ys), stats, result
+    return Solved(mask_invalid(valid, ys), stats, result)

@@ -25,9 +25,6 @@ from .._validate import (
     nonfinite_leaves,
     probe_indices,
 )
-
-# the families' solves register themselves when their modules are imported
-from . import adaptive as _adaptive, fixed as _fixed  # noqa: F401
 from .families import solve_of, SolveRequest
 from .time_grid import check_ts
 
@@ -41,7 +38,8 @@ class Solution(eqx.Module):
       non-finite values the solve produced.
     - `stats`: dict of int arrays: `num_steps` (accepted steps), `num_rejected_steps`, and
       `num_function_evals` (exact for fixed-step solvers; for explicit adaptive ones, attempted
-      steps × stages per step; absent for implicit solvers, whose Newton iterations vary).
+      steps × stages per step; absent where the count is not known: implicit solvers, whose
+      Newton iterations vary, and a `ds.DiffraxSDE` of a method it cannot count).
     - `result`: int32 code, `ds.RESULTS.successful` (0) when the solve succeeded.
 
     With `events` (else None):
@@ -159,34 +157,8 @@ def simulate(
     times = ts.astype(real_dtype)
     _once(_check_state, model, y0, times[0])
 
-    if isinstance(model, AbstractSDE) and not solver.stochastic:
-        raise TypeError(
-            f"{type(model).__name__} is a stochastic model: solve it with a stochastic solver "
-            "(ds.EulerMaruyama() or ds.Milstein()) and a key"
-        )
-    if key is not None:
-        check_key("key", key)
-    if solver.stochastic != (key is not None):
-        raise ValueError(
-            "a stochastic solver needs key=jax.random.key(...) (the Brownian path's seed)"
-            if solver.stochastic
-            else f"key is the Brownian path of a stochastic solver; {type(solver).__name__} "
-            "solves deterministic models: drop key"
-        )
-    event_list = None
-    if events is not None:
-        event_list = as_events(events)
-        if not solver.supports_events:
-            raise NotImplementedError(
-                "events are not supported for stochastic solvers: for a first passage or another "
-                "stop condition of a stochastic model, step it with ds.iterate(step, state, key, "
-                "stop=...) under jax.vmap"
-                if solver.stochastic
-                else f"{type(solver).__name__} does not support events"
-            )
-        # arrays an event holds (a restitution, a level) compute in the state's precision
-        event_list = _cast_floats(event_list, real_dtype)
-        _once(_check_events, event_list, times[0], y0)
+    _check_noise(model, solver, key)
+    event_list = None if events is None else _prepared_events(events, solver, times[0], y0)
     _once(solver.check_model, model, times[0], y0)
     request = SolveRequest(
         model=model,
@@ -221,6 +193,41 @@ def simulate(
 
 
 # --- input preparation (Python, at trace time) ----------------------------------------------
+
+
+def _check_noise(model, solver, key) -> None:
+    """A stochastic model needs a stochastic solver, and a stochastic solver a key."""
+    if isinstance(model, AbstractSDE) and not solver.stochastic:
+        raise TypeError(
+            f"{type(model).__name__} is a stochastic model: solve it with a stochastic solver "
+            "(ds.EulerMaruyama() or ds.Milstein()) and a key"
+        )
+    if key is not None:
+        check_key("key", key)
+    if solver.stochastic != (key is not None):
+        raise ValueError(
+            "a stochastic solver needs key=jax.random.key(...) (the Brownian path's seed)"
+            if solver.stochastic
+            else f"key is the Brownian path of a stochastic solver; {type(solver).__name__} "
+            "solves deterministic models: drop key"
+        )
+
+
+def _prepared_events(events, solver, t0, y0) -> tuple:
+    """The events as a checked tuple, their arrays (a restitution, a level) in the state's
+    precision."""
+    event_list = as_events(events)
+    if not solver.supports_events:
+        raise NotImplementedError(
+            "events are not supported for stochastic solvers: for a first passage or another "
+            "stop condition of a stochastic model, step it with ds.iterate(step, state, key, "
+            "stop=...) under jax.vmap"
+            if solver.stochastic
+            else f"{type(solver).__name__} does not support events"
+        )
+    event_list = _cast_floats(event_list, t0.dtype)
+    _once(_check_events, event_list, t0, y0)
+    return event_list
 
 
 def _real_dtype(y0):
@@ -334,9 +341,6 @@ def _check_events(events, t0, y0) -> None:
                     f"{where}: reset(t, y) must return a state like y ({describe(y0, True)}), "
                     f"got {describe(out, True)}"
                 )
-
-
-# --- the compiled solves ----------------------------------------------------------------------
 
 
 # --- failures ----------------------------------------------------------------------------------

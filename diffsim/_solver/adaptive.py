@@ -45,6 +45,8 @@ class AbstractAdaptiveSolver(AbstractSolver):
                 raise ValueError(f"{type(self).__name__}: rtol and atol cannot both be 0")
 
     adaptive: ClassVar[bool] = True
+    stochastic: ClassVar[bool] = False
+    supports_events: ClassVar[bool] = True
 
     @abc.abstractmethod
     def to_diffrax(self) -> diffrax.AbstractSolver:

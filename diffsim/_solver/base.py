@@ -8,13 +8,17 @@ touches `_solver/` and its own loop only.
 """
 
 import abc
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+from jaxtyping import Array, PyTree, Shaped
+
+from .._model import AbstractODE
 
 # What a fixed-step method carries from one step to the next (an FSAL evaluation), or None.
-SolverState = Any
+SolverState = PyTree[Array] | None
+Scalar = Shaped[Array, ""] | float
 
 
 class AbstractSolver(eqx.Module):
@@ -29,8 +33,8 @@ class AbstractSolver(eqx.Module):
 
     order: eqx.AbstractClassVar[int]
     adaptive: eqx.AbstractClassVar[bool]
-    stochastic: ClassVar[bool] = False
-    supports_events: ClassVar[bool] = True
+    stochastic: eqx.AbstractClassVar[bool]
+    supports_events: eqx.AbstractClassVar[bool]
 
     @property
     def needs_dt(self) -> bool:
@@ -62,6 +66,8 @@ class AbstractFixedStepSolver(AbstractSolver):
     """
 
     adaptive: ClassVar[bool] = False
+    stochastic: ClassVar[bool] = False
+    supports_events: ClassVar[bool] = True
     evals_per_step: eqx.AbstractClassVar[int | None]
     init_evals: ClassVar[int] = 0
 
@@ -70,13 +76,21 @@ class AbstractFixedStepSolver(AbstractSolver):
         """Whether the method carries its last evaluation into the next step."""
         return self.init_evals > 0
 
-    def init(self, model, t0, y0) -> SolverState:
+    def init(self, model: AbstractODE, t0: Scalar, y0: PyTree[Array]) -> SolverState:
         """What the first step starts from besides (t0, y0): None unless the method carries an
         evaluation (FSAL)."""
         return None
 
     @abc.abstractmethod
-    def advance(self, model, t, y, dt, state: SolverState, dw) -> tuple[Any, SolverState]:
+    def advance(
+        self,
+        model: AbstractODE,
+        t: Scalar,
+        y: PyTree[Array],
+        dt: Scalar,
+        state: SolverState,
+        dw: PyTree[Array] | None,
+    ) -> tuple[PyTree[Array], SolverState]:
         """Advance the state `y` from time `t` to `t + dt`, given the carried `state` and the
         step's noise `dw` (None for ODE methods); returns (the new state, the carried state of
         the next step)."""
@@ -105,18 +119,24 @@ _ANY_SOLVER = "a diffsim solver such as ds.RK4() or ds.Tsit5()"
 
 def check_solver(name: str, solver, *, needs: str = _ANY_SOLVER) -> None:
     """The one check that `solver` is a diffsim solver instance, with the fixes users need:
-    an instance for a class, `ds.Diffrax(...)` or `ds.DiffraxSDE(...)` for a diffrax solver."""
+    an instance for a class, `ds.Diffrax(...)` or `ds.DiffraxSDE(...)` for a diffrax solver
+    (`needs`: what the caller takes, when it is narrower than any solver)."""
     if isinstance(solver, AbstractSolver):
         return
-    hint = ""
-    if isinstance(solver, diffrax.AbstractSRK):
+    if isinstance(solver, type) and issubclass(solver, AbstractSolver):
+        raise TypeError(
+            f"{name} must be {needs}, got the class {solver.__name__}. Pass an instance: "
+            f"{name}=ds.{solver.__name__}()."
+        )
+    hint, got = "", repr(solver)
+    if isinstance(solver, diffrax.AbstractSolver):
+        got = f"diffrax.{type(solver).__name__}()"
+    if needs == _ANY_SOLVER and isinstance(solver, diffrax.AbstractSRK):
         hint = (
             " To use a diffrax SDE solver, wrap it: "
             f"ds.DiffraxSDE(diffrax.{type(solver).__name__}())."
         )
-    elif isinstance(solver, diffrax.AbstractSolver):
+    elif needs == _ANY_SOLVER and isinstance(solver, diffrax.AbstractSolver):
         hint = f" To use a diffrax solver, wrap it: ds.Diffrax(diffrax.{type(solver).__name__}())."
-    elif isinstance(solver, type) and issubclass(solver, AbstractSolver):
-        hint = f" Pass an instance: {name}=ds.{solver.__name__}()."
     what = "" if needs == _ANY_SOLVER else " (not a diffsim solver)"
-    raise TypeError(f"{name} must be {needs}, got {solver!r}{what}.{hint}")
+    raise TypeError(f"{name} must be {needs}, got {got}{what}.{hint}")

@@ -39,7 +39,7 @@ class AbstractStochasticSolver(AbstractFixedStepSolver):
             )
 
     def noise(self, key, index, shape, dt):
-        """What `step` receives as `dw` for step `index`: by default the Brownian increment
+        """What `advance` receives as `dw` for step `index`: by default the Brownian increment
         `brownian_increment(key, index, shape, dt)`."""
         return brownian_increment(key, index, shape, dt)
 
