@@ -10,7 +10,7 @@ import math
 import jax
 import numpy as np
 
-from .._validate import check_key, check_static_count
+from .._validate import check_key, check_static_count, is_count
 
 
 class Samples:
@@ -141,7 +141,7 @@ def _bound(name, bound) -> tuple[float, float]:
 
 
 def _check_count(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+    if not is_count(n):  # its own words first: the bad-input catalogue asserts them
         raise TypeError(f"the number of samples n must be an int, got {n!r}")
     check_static_count("the number of samples n", n)
 
