@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jax import lax
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
 from .._events import evaluate, EventTable, Records
@@ -356,17 +357,36 @@ def _diffeqsolve(
     )
 
 
+# Up to this many differentiated inputs (model parameters, initial state, ...) the derivative of
+# a default adaptive solve is its Jacobian, carried by forward mode through the solve's own
+# loop; above it the solve falls back to diffrax's DirectAdjoint (see `_jvp_by_jacobian`).
+JACOBIAN_INPUTS = 32
+
+
 @eqx.filter_custom_jvp
 def _diffeqsolve_any_order(
     model, y0, ts, controls, span, conditions, *, inner, max_steps, directions
 ):
-    """The default adaptive solve. Undifferentiated it runs diffrax's plain loop;
-    differentiated, the rule below runs forward mode through `diffrax.DirectAdjoint`, whose
-    bounded loop JAX can also transpose. So `jax.grad`, `jax.jacfwd`, `jax.jvp` and
-    `jax.hessian` (forward over reverse) all work, at the cost of DirectAdjoint's slower loop.
-    Undifferentiated explicit Runge–Kutta solves without events run the lean loop of
-    `erk_loop` instead of diffrax's: the same steps and results, at a fraction of the
-    cost."""
+    """The default adaptive solve, differentiable in every mode (`jax.jvp`, `jax.jacfwd`,
+    `jax.grad`, `jax.jacrev`, `jax.hessian`). Explicit Runge–Kutta solves without events run
+    the lean loop of `erk_loop`; the others diffrax's loop. The derivative rule below."""
+    return _solve_plain(
+        model,
+        y0,
+        ts,
+        controls,
+        span,
+        conditions,
+        inner=inner,
+        max_steps=max_steps,
+        directions=directions,
+        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+    )
+
+
+def _solve_plain(
+    model, y0, ts, controls, span, conditions, *, inner, max_steps, directions, adjoint
+):
     if conditions is None and span is None and supports(inner):
         return _Segment(
             *solve_erk(inner, model.vector_field, y0, ts, controls, max_steps=max_steps)
@@ -380,24 +400,81 @@ def _diffeqsolve_any_order(
         conditions,
         inner=inner,
         max_steps=max_steps,
-        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+        adjoint=adjoint,
         directions=directions,
     )
 
 
 @_diffeqsolve_any_order.def_jvp
 def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps, directions):
-    def solve(*args):
-        return _diffeqsolve(
-            *args,
-            inner=inner,
-            max_steps=max_steps,
-            adjoint=diffrax.DirectAdjoint(),
-            directions=directions,
-        )
+    options = dict(inner=inner, max_steps=max_steps, directions=directions)
+    if _count_inputs(tangents) <= JACOBIAN_INPUTS:
+        return _jvp_by_jacobian(primals, tangents, **options)
 
-    primal_out, tangent_out = eqx.filter_jvp(solve, primals, tangents)
-    return primal_out, tangent_out
+    def solve(*args):
+        return _diffeqsolve(*args, adjoint=diffrax.DirectAdjoint(), **options)
+
+    return eqx.filter_jvp(solve, primals, tangents)
+
+
+def _is_none(x) -> bool:
+    return x is None
+
+
+def _count_inputs(tangents) -> int:
+    return sum(t.size for t in jax.tree.leaves(tangents, is_leaf=_is_none) if t is not None)
+
+
+def _jvp_by_jacobian(primals, tangents, **options):
+    """The tangent of the solve as J·t, with J the Jacobian of its outputs with respect to its
+    differentiated inputs, taken by forward mode (one tangent per input, all carried through one
+    run of the loop, which also gives the primal).
+
+    Why: JAX differentiates a `while_loop` forward natively but cannot transpose it, and a loop
+    whose length is only known at run time has no cheap transposable form (diffrax's
+    DirectAdjoint runs nested scans over `max_steps`, slow to compile and to run; its
+    RecursiveCheckpointAdjoint is a custom_vjp, which forward mode cannot enter). J·t is linear
+    in t with J computed from the primals alone, so JAX transposes it for reverse mode
+    (`jax.grad` is Jᵀ·ct) and differentiates the loop again forward for second order
+    (`jax.hessian` is forward over reverse). It costs one forward pass with as many tangents as
+    inputs, which for the few inputs of a fit or a parameter study is less than one reverse pass
+    through a checkpointed loop; the step sizes are held fixed under differentiation, as
+    diffrax's PID controller holds them, so J is the derivative diffrax's adjoints give."""
+    t_leaves, t_def = jax.tree.flatten(tangents, is_leaf=_is_none)
+    p_leaves = t_def.flatten_up_to(primals)
+    which = [i for i, t in enumerate(t_leaves) if t is not None]
+    x, unravel = ravel_pytree([p_leaves[i] for i in which])
+    t_flat, _ = ravel_pytree([t_leaves[i] for i in which])
+
+    def outputs(x):
+        leaves = list(p_leaves)
+        for i, leaf in zip(which, unravel(x)):
+            leaves[i] = leaf
+        segment = _solve_plain(*t_def.unflatten(leaves), adjoint=diffrax.ForwardMode(), **options)
+        inexact = (segment.ys, segment.t_final, segment.y_final)
+        return inexact, segment
+
+    def column(direction):
+        out, tangent, segment = jax.jvp(outputs, (x,), (direction,), has_aux=True)
+        return out, tangent, segment
+
+    basis = jnp.eye(x.size, dtype=x.dtype)
+    _, jacobian, segment = jax.vmap(column, out_axes=(None, -1, None))(basis)
+    tangent_out = jax.tree.map(lambda j: j @ t_flat.astype(j.dtype), jacobian)
+    ys_t, t_final_t, y_final_t = tangent_out
+    tangent = _Segment(
+        ys=ys_t,
+        code=None,
+        accepted=None,
+        rejected=None,
+        t_final=t_final_t,
+        y_final=y_final_t,
+        event_mask=None
+        if segment.event_mask is None
+        else jax.tree.map(lambda _: None, segment.event_mask),
+        event_occurred=None,
+    )
+    return segment, tangent
 
 
 def _check_tolerance_shape(solver, y0) -> None:

@@ -101,7 +101,8 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
     n = ts.shape[0]
     # diffrax rounds a step ending within 100 ULPs of t1 to end at t1 (it counts them down one
     # by one; here from the spacing above t1: the same but at a power of two, twice as wide)
-    t1_floor = t1 - 100 * (jnp.nextafter(t1, jnp.array(jnp.inf, dtype)) - t1)
+    t1_fixed = lax.stop_gradient(t1)  # the spacing is a constant (nextafter has no derivative)
+    t1_floor = t1 - 100 * (jnp.nextafter(t1_fixed, jnp.array(jnp.inf, dtype)) - t1_fixed)
 
     rtol, atol, dtmin = controls.rtol, controls.atol, controls.dtmin
     f0 = vector_field(t0, y0)
