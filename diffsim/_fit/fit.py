@@ -135,10 +135,10 @@ def fit(
     shooting, solves = None, 0
     if spec.segments > 1:
         p0s, shooting, solves = _shooting_stage(setup, spec, p0s)
-    final = _run(setup.problem, p0s, setup.optimizer)
+    final = _fetch(_run(setup.problem, p0s, setup.optimizer, evaluate=True))
     if shooting is None:
         _check_guess(final.optimum, setup.problem)
-    solves += int(jnp.sum(final.optimum.evaluations))
+    solves += int(np.sum(final.optimum.evaluations))
     result = _result(setup, final, shooting=shooting, solves=solves, start_time=start_time)
     for note in result.warnings:
         warnings.warn(note, FitWarning, stacklevel=2)
@@ -146,10 +146,19 @@ def fit(
 
 
 class _Stage(NamedTuple):
-    """One optimisation stage run from every start at once."""
+    """One optimisation stage run from every start at once (NumPy arrays once fetched)."""
 
     optimum: opt.Optimum  # batched along a leading axis, one entry per start
     p: jax.Array  # (starts, unknowns) the natural values of each optimum
+    best: jax.Array | None = None  # the start of the lowest finite loss
+    # at the best optimum (the final stage only): the residual Jacobian, the predictions and
+    # the data residuals (times, observables), the loss there, and the model and y0 it gives
+    jacobian: jax.Array | None = None
+    predictions: jax.Array | None = None
+    residuals: jax.Array | None = None
+    loss: jax.Array | None = None
+    model: AbstractODE | None = None
+    y0: jax.Array | None = None
 
 
 def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
@@ -165,8 +174,10 @@ def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
 
 
 @eqx.filter_jit
-def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> _Stage:
-    """Optimise from each start (natural values, one per row)."""
+def _run(problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool) -> _Stage:
+    """Optimise from each start (natural values, one per row); with `evaluate`, also evaluate
+    the residual Jacobian and the predictions at the best optimum, in the same program (one
+    compilation for the whole fit instead of one per stage and small eager operations)."""
 
     def one(p0):
         u0 = problem.unconstrained(p0)
@@ -174,19 +185,43 @@ def _run(problem: Problem, p0s, optimizer: opt.Optimizer) -> _Stage:
         return _Stage(optimum, problem.natural(optimum.u))
 
     if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
-        return jax.tree.map(lambda x: x[None], one(p0s[0]))
-    return jax.vmap(one)(p0s)
+        stage = jax.tree.map(lambda x: x[None], one(p0s[0]))
+    else:
+        stage = jax.vmap(one)(p0s)
+    loss = stage.optimum.loss
+    best = jnp.argmin(jnp.where(jnp.isfinite(loss), loss, jnp.inf))
+    if not evaluate:
+        return stage._replace(best=best)
+    p = stage.p[best]
+    jacobian, predictions, residuals = at_optimum(problem, p, optimizer.jac)
+    model, y0, _ = problem.assemble(p)
+    return stage._replace(
+        best=best,
+        jacobian=jacobian,
+        predictions=predictions,
+        residuals=residuals,
+        loss=jnp.sum(residuals**2),  # at the result itself, exactly
+        model=model,
+        y0=y0.reshape(problem.y0_shape),
+    )
 
 
-def _best(optimum: opt.Optimum) -> int:
-    loss = np.asarray(optimum.loss)
-    return int(np.argmin(np.where(np.isfinite(loss), loss, np.inf)))
+def _fetch(stage: _Stage) -> _Stage:
+    """The stage's arrays on the host in one transfer (NumPy: indexing them compiles nothing);
+    the model stays as the program returned it."""
+    model = stage.model
+    return jax.device_get(stage._replace(model=None))._replace(model=model)
 
 
 def _start_points(problem: Problem, guess_p, starts: int, key):
     """Natural starting values, one per row: the guess, then `starts - 1` drawn ones."""
     if starts == 1:
-        return guess_p[None]
+        return jnp.asarray(np.asarray(guess_p)[None], guess_p.dtype)
+    return _drawn_starts(problem, guess_p, key, starts=starts)
+
+
+@eqx.filter_jit
+def _drawn_starts(problem: Problem, guess_p, key, *, starts: int):
     guess_u = problem.unconstrained(guess_p)
     if key is None:
         key = jax.random.key(0)
@@ -217,15 +252,17 @@ def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dic
         forward_only=problem.forward_only and shooting_optimizer.jac == "fwd",
     )
     nodes = _initial_nodes(problem, shooting_problem, setup.guess)
-    stage = _run(
-        shooting_problem,
-        jnp.concatenate([p0s, jnp.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1),
-        shooting_optimizer,
+    starts = np.concatenate(
+        [np.asarray(p0s), np.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1
     )
+    stage = _run(
+        shooting_problem, jnp.asarray(starts, p0s.dtype), shooting_optimizer, evaluate=False
+    )
+    defects = np.asarray(largest_defects(shooting_problem, stage.p))
+    stage = _fetch(stage)
     _check_guess(stage.optimum, problem)
-    solves = int(jnp.sum(stage.optimum.evaluations)) * len(shooting_problem.windows)
-    defects = largest_defects(shooting_problem, stage.p)
-    best = _best(stage.optimum)
+    solves = int(np.sum(stage.optimum.evaluations)) * len(shooting_problem.windows)
+    best = int(stage.best)
     summary = dict(
         segments=spec.segments,
         iterations=int(stage.optimum.steps[best]),
@@ -233,7 +270,7 @@ def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dic
         converged=bool(stage.optimum.code[best] == FIT_RESULTS.converged),
         max_defect=float(defects[best]),
     )
-    return stage.p[:, : problem.layout.size], summary, solves
+    return jnp.asarray(stage.p[:, : problem.layout.size]), summary, solves
 
 
 def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
@@ -284,7 +321,7 @@ def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
         if problem.observe is None and values.shape[1] == node.size and row >= 0:
             node = np.where(observed[row], values[row], node)
         nodes.append(node)
-    return jnp.asarray(np.concatenate(nodes), problem.y0.dtype)
+    return np.concatenate(nodes).astype(np.asarray(problem.y0).dtype)
 
 
 # --- the result ---------------------------------------------------------------------------------
@@ -295,10 +332,10 @@ def _result(
 ) -> FitResult:
     problem, data, optimum = setup.problem, setup.data, final.optimum
     names = problem.layout.names
-    best = _best(optimum)
+    best = int(final.best)
     p = final.p[best]
-    jacobian, predictions, residuals = at_optimum(problem, p, setup.optimizer.jac)
-    loss = float(jnp.sum(residuals**2))  # at the result itself, exactly
+    jacobian, predictions, residuals = final.jacobian, final.predictions, final.residuals
+    loss = float(final.loss)
     code = FIT_RESULTS(int(optimum.code[best]))
     converged = code == FIT_RESULTS.converged
     stats = analyse(
@@ -311,7 +348,7 @@ def _result(
         names=names,
         at_optimum=converged,
     )
-    model, y0, _ = problem.assemble(p)
+    model, y0 = final.model, final.y0
     predictions = np.asarray(predictions)
     residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
     p_all = np.asarray(final.p)
@@ -328,7 +365,7 @@ def _result(
     history = np.asarray(optimum.history[best])
     return FitResult(
         model=model,
-        y0=y0.reshape(problem.y0_shape),
+        y0=jnp.asarray(y0, y0.dtype),
         names=names,
         params={n: float(v) for n, v in zip(names, p_np)},
         stderr={n: float(v) for n, v in zip(names, stats.stderr)},

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._events import Event
+from .._integrate.adaptive import JACOBIAN_INPUTS
 from .._integrate.simulate import simulate
 from .._integrate.time_grid import plan_fixed_steps
 from .._model import AbstractODE
@@ -149,7 +150,12 @@ class Problem(eqx.Module):
     def _solve(self, model, y0, ts, *, steps_per_save=None):
         dt = None if steps_per_save is not None else self.dt
         options = {}
-        if self.forward_only and self.solver.adaptive:
+        # The default adjoint takes forward-mode derivatives of up to JACOBIAN_INPUTS inputs
+        # through the solve's own loop (the lean one for explicit Runge–Kutta pairs); beyond
+        # that it would run diffrax's DirectAdjoint, slower than ForwardMode when only forward
+        # mode is asked for
+        many = self.layout.size > JACOBIAN_INPUTS
+        if self.forward_only and self.solver.adaptive and many:
             options["adjoint"] = diffrax.ForwardMode()
         solution = simulate(
             model,

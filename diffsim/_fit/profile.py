@@ -104,12 +104,10 @@ def profile(
     j = result.names.index(name)
     estimate = result.params[name]
     values = _grid(result, j, points, span, range)
-    p_hat = jnp.asarray([result.params[n] for n in result.names], problem.y0.dtype)
-    grid = jnp.asarray(values, problem.y0.dtype)
-    fixed_u = jax.vmap(lambda v: problem.unconstrained(p_hat.at[j].set(v))[j])(grid)
-    rest_u = jnp.delete(problem.unconstrained(p_hat), j)
-    optimizer = result._settings.optimizer
-    optimum = _profile_run(problem, rest_u, fixed_u, j, optimizer)
+    dtype = problem.y0.dtype
+    p_hat = jnp.asarray(np.array([result.params[n] for n in result.names]), dtype)
+    grid = jnp.asarray(values, dtype)
+    optimum = jax.device_get(_profile_run(problem, p_hat, grid, j, result._settings.optimizer))
     loss = np.asarray(optimum.loss, np.float64)
     best = min(result.loss, float(np.nanmin(loss)))
     n = result.num_observed
@@ -149,7 +147,7 @@ def _grid(result: FitResult, j: int, points: int, span: float, range) -> np.ndar
         width = span * se if np.isfinite(se) and se > 0 else 0.5 * max(abs(estimate), 1e-12)
         low, high = estimate - width, estimate + width
     kind = problem.layout.kinds[j]
-    lower, upper = float(problem.lower[j]), float(problem.upper[j])
+    lower, upper = float(np.asarray(problem.lower)[j]), float(np.asarray(problem.upper)[j])
     if kind in ("log", "logit"):
         low = max(low, lower + 1e-6 * (estimate - lower))
     if kind in ("upper-log", "logit"):
@@ -158,7 +156,12 @@ def _grid(result: FitResult, j: int, points: int, span: float, range) -> np.ndar
 
 
 @eqx.filter_jit
-def _profile_run(problem, rest_u, fixed_u, j: int, optimizer):
+def _profile_run(problem, p_hat, grid, j: int, optimizer):
+    """Refit the other unknowns at each value of unknown `j` in `grid`, from the best fit
+    `p_hat` (one program: the transforms of the start are inside it too)."""
+    fixed_u = jax.vmap(lambda v: problem.unconstrained(p_hat.at[j].set(v))[j])(grid)
+    rest_u = jnp.delete(problem.unconstrained(p_hat), j)
+
     def one(u_j):
         def residuals(rest):
             u = jnp.concatenate([rest[:j], u_j[None], rest[j:]])

@@ -120,13 +120,13 @@ def assemble(spec: FitSpec) -> FitSetup:
     missing = np.isnan(observed.values)
     problem = Problem(
         model=spec.model,
-        y0=y0.ravel(),
+        y0=jnp.asarray(np.asarray(y0).ravel(), dtype),
         # finite placeholders where a side is open, so that no inf meets a derivative
         lower=jnp.asarray(np.where(np.isfinite(unknowns.lower), unknowns.lower, 0.0), dtype),
         upper=jnp.asarray(np.where(np.isfinite(unknowns.upper), unknowns.upper, 1.0), dtype),
         values=jnp.asarray(np.where(missing, 1.0, observed.values), dtype),
         scale=jnp.asarray(observed.scale, dtype),
-        continuity=jnp.zeros(y0.size, dtype),
+        continuity=jnp.asarray(np.zeros(y0.size), dtype),
         solver=solver,
         layout=unknowns.layout,
         ts=observed.ts,
@@ -211,7 +211,7 @@ def _unknowns(spec: FitSpec, y0) -> _Unknowns:
     """The fitted parameter entries, then the fitted initial-state components, each with its
     guess, bounds and transform."""
     model = spec.model
-    flat_y0 = y0.ravel()
+    flat_y0 = np.asarray(y0).ravel()
     state_labels = _state_labels(model, y0)
     fields, guesses, names, kinds, lows, highs = [], [], [], [], [], []
     bounds = _checked_bounds(spec.bounds)

@@ -136,12 +136,16 @@ def simulate(
     derivative of the discrete solution); with `checkpoint="auto"` reverse mode stores one state
     per block of ~sqrt(n) steps and recomputes each block once (about one extra forward pass; peak
     memory grows like sqrt(n) instead of n, see docs/performance.md, "Gradient memory";
-    `checkpoint=None` is faster when memory is no concern). Adaptive solves run diffrax's
-    plain loop when not differentiated; differentiated, forward mode runs through
-    `diffrax.DirectAdjoint` and reverse mode is its transpose, so every order works, at the cost
-    of DirectAdjoint's slower loop (experiments/bench/gradients.py measures the gradient against
-    diffrax's default `RecursiveCheckpointAdjoint`). `adjoint="checkpoint"` selects the latter,
-    reverse mode only; forward mode then raises an error that names `adjoint="auto"`.
+    `checkpoint=None` is faster when memory is no concern). Adaptive solves with up to 32
+    differentiated inputs (parameters, `y0`, `ts` entries) are differentiated by their Jacobian:
+    forward mode carries one tangent per input through the solve's own loop (the lean loop for
+    explicit pairs, diffrax's `ForwardMode` for the others), and the tangent J·t is transposed
+    for reverse mode and differentiated again for second order, so every order works with the
+    step sizes held fixed, as diffrax holds them (experiments/bench/gradients.py measures the
+    gradient against diffrax's default `RecursiveCheckpointAdjoint`). Above 32 inputs they run
+    through `diffrax.DirectAdjoint`. `adjoint="checkpoint"` selects diffrax's
+    `RecursiveCheckpointAdjoint`, reverse mode only, the better choice for many inputs (a neural
+    vector field); forward mode then raises an error that names `adjoint="auto"`.
     """
     check_model("model", model)
     check_solver("solver", solver)
@@ -155,11 +159,14 @@ def simulate(
     check_ts(host_ts, real_dtype)
     model = _cast_floats(model, real_dtype)
     times = ts.astype(real_dtype)
-    _once(_check_state, model, y0, times[0])
+    # the start time for the trace-time checks: taken on the host when ts is concrete (indexing
+    # a device array would compile two small programs before the solve's own)
+    t0 = times[0] if is_traced(ts) else jnp.asarray(np.asarray(host_ts)[0], real_dtype)
+    _once(_check_state, model, y0, t0)
 
     _check_noise(model, solver, key)
-    event_list = None if events is None else _prepared_events(events, solver, times[0], y0)
-    _once(solver.check_model, model, times[0], y0)
+    event_list = None if events is None else _prepared_events(events, solver, t0, y0)
+    _once(solver.check_model, model, t0, y0)
     request = SolveRequest(
         model=model,
         y0=y0,
