@@ -17,6 +17,7 @@ from ._apps.reproduce import (
     reproduce as reproduce,
     ReproduceError as ReproduceError,
 )
+from ._cache import config as config, setup_at_import as _setup_cache
 from ._events import Event as Event
 from ._fit.data import Data as Data
 from ._fit.fit import fit as fit, FitWarning as FitWarning
@@ -80,3 +81,6 @@ try:
 except PackageNotFoundError:  # running from a source checkout that is not installed
     __version__ = "0+unknown"
 del version, PackageNotFoundError  # not part of the API
+
+_setup_cache()  # the persistent compilation cache, on unless turned off (see `ds.config`)
+del _setup_cache

@@ -18,12 +18,17 @@ def _info(args) -> int:
     import equinox
     import jax
 
-    from .. import __version__
+    from .. import __version__, _cache
 
     print(f"diffsim {__version__}")
     print(f"python {platform.python_version()} on {platform.platform()}")
     print(f"jax {jax.__version__}, diffrax {diffrax.__version__}, equinox {equinox.__version__}")
     print(f"devices: {', '.join(f'{d.platform}:{d.device_kind}' for d in jax.devices())}")
+    print(f"compilation cache: {_cache.describe()}")
+    print(
+        "  (compiled programs kept between processes; DIFFSIM_CACHE=off turns it off, "
+        "DIFFSIM_CACHE_DIR moves it, e.g. to a folder shared by a cluster's jobs)"
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
-"""Adaptive solves of `simulate`, by diffrax with a PID step-size controller, with and without
-events.
+"""Adaptive solves of `simulate` with a PID step-size controller, with and without events: the
+lean loop of `erk_loop` for explicit pairs without events, diffrax otherwise; derivatives by the
+forward-mode Jacobian of either loop (`_jvp_by_jacobian`).
 
 Events run as segments: one diffrax solve from the last event (or t0) that stops at the next
 crossing located by diffrax's root finder on its dense output; the event is then recorded, its
@@ -359,7 +360,10 @@ def _diffeqsolve(
 
 # Up to this many differentiated inputs (model parameters, initial state, ...) the derivative of
 # a default adaptive solve is its Jacobian, carried by forward mode through the solve's own
-# loop; above it the solve falls back to diffrax's DirectAdjoint (see `_jvp_by_jacobian`).
+# loop; above it the solve falls back to diffrax's DirectAdjoint (see `_jvp_by_jacobian`). The
+# Jacobian's cost grows with the inputs (one tangent each) while a reverse pass does not: 32
+# keeps fits and parameter studies (a few to a few tens of unknowns) on the Jacobian; many
+# inputs (a neural vector field) are better served by adjoint="checkpoint".
 JACOBIAN_INPUTS = 32
 
 

@@ -1,6 +1,6 @@
 """A lean adaptive loop for explicit Runge–Kutta pairs (Tsit5, Dopri5, Dopri8, and any diffrax
-ERK with a plain Butcher tableau): the solve `simulate` runs when an adaptive solve is not
-differentiated and has no events.
+ERK with a plain Butcher tableau): the solve `simulate` runs when an adaptive solve has no
+events, differentiated or not (forward mode through it, see `adaptive._jvp_by_jacobian`).
 
 It follows diffrax's `diffeqsolve` with a `PIDController` (integral control, its defaults) step
 for step, given the same first step (`simulate` passes Hairer's, see `initial_step`): the error
@@ -8,8 +8,8 @@ norm (RMS of the error over
 `atol + rtol·max(|y0|, |y1|)`), step factors (safety 0.9, within [0.2, 10], at most 0.9 after a
 rejection), clipping of the last step to t1, and the method's own dense output at the save
 times, so the two agree to round-off. What it leaves out is what `simulate` does not use
-there: events, dense-output storage, progress meters, jumps, SDE terms and the machinery of
-differentiation (differentiated solves go through diffrax, see `adaptive`). Under `jax.vmap`
+there: events, dense-output storage, progress meters, jumps, SDE terms and the checkpointed loop of
+reverse mode (reverse mode is the transpose of its forward-mode Jacobian). Under `jax.vmap`
 it runs several times faster than diffrax's loop (docs/performance.md, "Lorenz ensemble,
 adaptive Tsit5 under vmap").
 """
@@ -48,7 +48,7 @@ def initial_step(inner, vector_field, t0, y0, rtol, atol):
     Wanner, Solving ODEs I, II.4), as diffrax's `_select_initial_step` writes it. (diffrax 0.7
     never applies that rule itself: it receives its terms wrapped, and starts every solve with
     0.01 whatever the time scale. `simulate` passes this step to diffrax as well, so that
-    differentiated solves, which run in diffrax, take the same steps as the lean loop.)"""
+    solves that run in diffrax take the same steps as the lean loop.)"""
     error_order = inner.order(diffrax.ODETerm(vector_field))
     f0 = vector_field(t0, y0)
     scale = jax.tree.map(lambda y: atol + jnp.abs(y) * rtol, y0)

@@ -1,0 +1,156 @@
+"""Time to the first answer: how many programs each entry point compiles, and the persistent
+compilation cache that lets a second process skip compiling them."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import jax
+import jax.monitoring
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+import models
+
+WORKER = os.path.join(os.path.dirname(__file__), "cache_worker.py")
+_COMPILES = Counter()
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, _, **__: _COMPILES.update([name == "/jax/core/compile/backend_compile_duration"])
+)
+
+
+def _compiles(fn):
+    """(the value of fn(), the number of XLA compilations it ran)."""
+    before = _COMPILES[True]
+    out = fn()
+    jax.block_until_ready(jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jax.Array)))
+    return out, _COMPILES[True] - before
+
+
+@pytest.fixture(scope="module")
+def warmed():
+    """One fit of another model first: equinox and lineax build a few constants with small
+    eager programs once per process, which are not the entry points' own."""
+    ts = np.linspace(0.0, 5.0, 12)
+    ds.fit(
+        models.HarmonicOscillator(omega=1.2),
+        jnp.array([1.0, 0.0]),
+        (ts, np.cos(1.3 * ts)),
+        params=["omega"],
+        observe=lambda y: y[0],
+    )
+
+
+def _lotka_volterra_data():
+    ts = np.linspace(0.0, 10.0, 15)
+    truth = models.LotkaVolterra(alpha=0.6, beta=0.03, gamma=0.8, delta=0.025)
+    ys = ds.simulate(truth, jnp.array([30.0, 4.0]), ts, solver=ds.Tsit5(rtol=1e-8, atol=1e-8)).ys
+    noise = np.random.default_rng(0).normal(0.0, 0.05, ys.shape)
+    return ts, np.asarray(ys) * np.exp(noise)  # 5% multiplicative noise: finite intervals
+
+
+def test_a_fit_compiles_one_program_and_a_new_start_none(warmed):
+    data = _lotka_volterra_data()
+    options = dict(
+        params=["alpha", "beta", "gamma", "delta"],
+        initial_state=True,
+        loss="log",
+        solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
+    )
+    guess = models.LotkaVolterra(alpha=0.5, beta=0.025, gamma=0.7, delta=0.02)
+    result, count = _compiles(lambda: ds.fit(guess, jnp.array([25.0, 5.0]), data, **options))
+    # the optimisation loop, the Jacobian and the predictions at the optimum: one program
+    assert count <= 3, count
+    assert result.converged
+    assert abs(result.params["alpha"] - 0.6) < 3 * result.stderr["alpha"]
+    other = models.LotkaVolterra(alpha=0.7, beta=0.02, gamma=0.9, delta=0.03)
+    _, again = _compiles(lambda: ds.fit(other, jnp.array([35.0, 3.0]), data, **options))
+    assert again == 0  # new values of the same shapes: nothing traced or compiled anew
+    profile, count = _compiles(lambda: ds.profile(result, "gamma", points=5))
+    assert count <= 2, count
+    assert profile.interval[0] < result.params["gamma"] < profile.interval[1]
+
+
+def test_a_simulation_compiles_one_program(warmed):
+    ts = jnp.linspace(0.0, 2.0, 21)
+    model = models.Duffing()
+    _, count = _compiles(
+        lambda: ds.simulate(model, jnp.array([1.0, 0.0]), ts, solver=ds.Dopri5()).ys
+    )
+    assert count <= 1, count
+    _, count = _compiles(
+        lambda: ds.simulate(model, jnp.array([0.5, 0.1]), ts, solver=ds.Dopri5()).ys
+    )
+    assert count == 0
+
+
+def _worker(folder, *args, env_extra=None):
+    env = dict(os.environ, DIFFSIM_CACHE_DIR=str(folder))
+    env.pop("DIFFSIM_CACHE", None)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.update(env_extra or {})
+    out = subprocess.run(
+        [sys.executable, WORKER, *args], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_the_fit_instead_of_compiling_it(tmp_path):
+    folder = tmp_path / "cache"
+    cold = _worker(folder)
+    assert cold["config"]["cache"] and cold["config"]["cache_dir"] == str(folder)
+    assert cold["events"].get("/jax/compilation_cache/cache_misses", 0) >= 1
+    np.testing.assert_allclose(cold["value"], 1.3, rtol=1e-6)
+    warm = _worker(folder)
+    # every program worth storing came from the cache: no XLA compilation of it
+    assert warm["events"].get("/jax/compilation_cache/cache_misses", 0) == 0
+    assert warm["events"].get("/jax/compilation_cache/cache_hits", 0) >= 1
+    assert warm["value"] == cold["value"]  # the same program, bit for bit
+    changed = _worker(folder, "--model", "van-der-pol")
+    assert changed["events"].get("/jax/compilation_cache/cache_misses", 0) >= 1
+    np.testing.assert_allclose(changed["value"], 1.3, rtol=1e-5)
+    # corrupt entries: JAX warns, compiles again and the answer is the same
+    entries = list(folder.glob("*-cache"))
+    assert entries
+    for entry in entries:
+        entry.write_bytes(b"not a program")
+    corrupt = _worker(folder)
+    assert corrupt["value"] == cold["value"]
+    assert any("cache" in w for w in corrupt["warnings"]), corrupt["warnings"]
+
+
+def test_an_unusable_cache_folder_warns_once_and_runs_uncached(tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("a file where the cache folder should be")
+    out = _worker(not_a_folder)
+    notes = [w for w in out["warnings"] if "compilation cache folder" in w]
+    assert len(notes) == 1, out["warnings"]
+    assert "DIFFSIM_CACHE_DIR" in notes[0]
+    assert not out["config"]["cache"]
+    np.testing.assert_allclose(out["value"], 1.3, rtol=1e-6)
+
+
+def test_the_cache_is_off_with_the_environment_variable(tmp_path):
+    out = _worker(tmp_path / "cache", env_extra={"DIFFSIM_CACHE": "off"})
+    assert not out["config"]["cache"]
+    assert "DIFFSIM_CACHE" in out["config"]["why"]
+    assert not (tmp_path / "cache").exists()
+
+
+def test_config_turns_the_cache_off_and_on(tmp_path):
+    before = ds.config()
+    try:
+        assert not ds.config(cache=False)["cache"]
+        assert jax.config.jax_compilation_cache_dir is None
+        on = ds.config(cache_dir=tmp_path / "here")
+        assert on["cache"] and on["cache_dir"] == str(tmp_path / "here")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "here")
+    finally:
+        if before["cache"]:
+            ds.config(cache_dir=before["cache_dir"])
+        else:
+            ds.config(cache=False)
