@@ -6,6 +6,7 @@ the compiled solve and reports through its result code.
 """
 
 import math
+from collections import OrderedDict
 
 import equinox as eqx
 import jax
@@ -17,6 +18,15 @@ def is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def to_device(x, dtype):
+    """`x` as an array of `dtype`: traced values cast in the trace, concrete ones put on the
+    device from the host (jnp.asarray of a concrete value compiles a small program of its own,
+    in every fresh process)."""
+    if is_traced(x):
+        return jnp.asarray(x, dtype)
+    return jax.device_put(np.asarray(x, dtype))
+
+
 def any_traced(tree) -> bool:
     return any(is_traced(leaf) for leaf in jax.tree.leaves(tree))
 
@@ -24,11 +34,13 @@ def any_traced(tree) -> bool:
 def as_parameter(x):
     """Convert a physical parameter to an array so that `jit` traces it (no recompilation when
     its value changes). Integers become the default float dtype; floats keep their dtype."""
+    # device_put of a NumPy value, not jnp.asarray: that compiles a small program (once per
+    # dtype and shape, but in every fresh process, before the user's first answer)
     if isinstance(x, (bool, int, float)):  # Python scalars: the default float, not weakly typed
-        return jnp.asarray(x, dtype=jnp.result_type(float))
+        return jax.device_put(np.asarray(x, dtype=jnp.result_type(float)))
     if not _numeric(x):
         return x  # a string, None, an object: check_parameter names the field it was given for
-    x = jnp.asarray(x)
+    x = x if isinstance(x, jax.Array) or any_traced(x) else jax.device_put(np.asarray(x))
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
     return x
@@ -275,3 +287,38 @@ def describe(tree, dtypes: bool = False) -> str:
         return leaves[0] if eqx.is_array(tree) or len(leaves) == 1 else f"[{', '.join(leaves)}]"
     shapes = jax.tree.map(lambda x: tuple(x.shape), tree)
     return str(shapes) if not eqx.is_array(tree) else str(tuple(tree.shape))
+
+
+# Trace-time checks that passed, by abstract signature (structure, shapes, dtypes, static values)
+_PASSED_CHECKS: OrderedDict = OrderedDict()
+_MAX_REMEMBERED = 1024
+
+
+def once(check, *args) -> None:
+    """Run a trace-time check, skipping it when it already passed for arguments of the same
+    structure, shapes and dtypes (what these checks depend on). Saves a trace per eager call:
+    a second call with new values of the same shapes traces nothing."""
+    key = _abstract_signature(check, *args)
+    if key is not None and key in _PASSED_CHECKS:
+        return
+    check(*args)
+    if key is not None:
+        _PASSED_CHECKS[key] = None
+        if len(_PASSED_CHECKS) > _MAX_REMEMBERED:
+            _PASSED_CHECKS.popitem(last=False)
+
+
+def _abstract_signature(*trees):
+    leaves, treedef = jax.tree.flatten(trees)
+    signature = []
+    for leaf in leaves:
+        if isinstance(leaf, (jax.Array, np.ndarray)):
+            signature.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
+        else:
+            signature.append(("value", type(leaf), leaf))
+    key = (treedef, tuple(signature))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key

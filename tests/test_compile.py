@@ -17,24 +17,31 @@ import diffsim as ds
 import models
 
 WORKER = os.path.join(os.path.dirname(__file__), "cache_worker.py")
-_COMPILES = Counter()
-jax.monitoring.register_event_duration_secs_listener(
-    lambda name, _, **__: _COMPILES.update([name == "/jax/core/compile/backend_compile_duration"])
-)
+_EVENTS = Counter()
+_COMPILE = "/jax/core/compile/backend_compile_duration"
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+jax.monitoring.register_event_duration_secs_listener(lambda name, _, **__: _EVENTS.update([name]))
+
+
+def _counted(fn):
+    """(the value of fn(), the XLA compilations it ran, the functions it traced)."""
+    before = dict(_EVENTS)
+    out = fn()
+    jax.block_until_ready(jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jax.Array)))
+    return out, _EVENTS[_COMPILE] - before.get(_COMPILE, 0), _EVENTS[_TRACE] - before.get(_TRACE, 0)
 
 
 def _compiles(fn):
     """(the value of fn(), the number of XLA compilations it ran)."""
-    before = _COMPILES[True]
-    out = fn()
-    jax.block_until_ready(jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jax.Array)))
-    return out, _COMPILES[True] - before
+    out, compiles, _ = _counted(fn)
+    return out, compiles
 
 
 @pytest.fixture(scope="module")
 def warmed():
-    """One fit of another model first: equinox and lineax build a few constants with small
-    eager programs once per process, which are not the entry points' own."""
+    """One fit and one event solve of other problems first: equinox, diffrax, optimistix and
+    lineax build a few constants with small eager programs once per process, which are not the
+    entry points' own."""
     ts = np.linspace(0.0, 5.0, 12)
     ds.fit(
         models.HarmonicOscillator(omega=1.2),
@@ -42,6 +49,14 @@ def warmed():
         (ts, np.cos(1.3 * ts)),
         params=["omega"],
         observe=lambda y: y[0],
+    )
+    ball = models.BouncingBall()
+    ds.simulate(
+        ball,
+        jnp.array([2.0, 0.0]),
+        np.linspace(0.0, 1.0, 5),
+        solver=ds.Tsit5(),
+        events=ball.impacts(max_events=3),
     )
 
 
@@ -68,11 +83,17 @@ def test_a_fit_compiles_one_program_and_a_new_start_none(warmed):
     assert result.converged
     assert abs(result.params["alpha"] - 0.6) < 3 * result.stderr["alpha"]
     other = models.LotkaVolterra(alpha=0.7, beta=0.02, gamma=0.9, delta=0.03)
-    _, again = _compiles(lambda: ds.fit(other, jnp.array([35.0, 3.0]), data, **options))
-    assert again == 0  # new values of the same shapes: nothing traced or compiled anew
+    _, again, traced = _counted(lambda: ds.fit(other, jnp.array([35.0, 3.0]), data, **options))
+    assert (again, traced) == (0, 0)  # new values of the same shapes: nothing traced anew
     profile, count = _compiles(lambda: ds.profile(result, "gamma", points=5))
     assert count <= 2, count
     assert profile.interval[0] < result.params["gamma"] < profile.interval[1]
+    replicates = np.asarray(data[1])[None] * np.exp(
+        np.random.default_rng(1).normal(0.0, 0.05, (3, *np.shape(data[1])))
+    )
+    batch, count = _compiles(lambda: ds.refit(result, replicates, start="fit"))
+    assert count <= 1, count
+    assert batch.converged.all()
 
 
 def test_a_simulation_compiles_one_program(warmed):
@@ -82,10 +103,66 @@ def test_a_simulation_compiles_one_program(warmed):
         lambda: ds.simulate(model, jnp.array([1.0, 0.0]), ts, solver=ds.Dopri5()).ys
     )
     assert count <= 1, count
-    _, count = _compiles(
+    _, count, traced = _counted(
         lambda: ds.simulate(model, jnp.array([0.5, 0.1]), ts, solver=ds.Dopri5()).ys
     )
-    assert count == 0
+    assert (count, traced) == (0, 0)
+
+
+def test_an_event_solve_compiles_two_programs_and_new_values_none(warmed):
+    ball = models.BouncingBall()
+    ts = np.linspace(0.0, 3.0, 31)
+
+    def solve(height, restitution):
+        model = models.BouncingBall(restitution=restitution)
+        events = ball.impacts(max_events=10)
+        return ds.simulate(model, jnp.array([height, 0.0]), ts, solver=ds.Tsit5(), events=events)
+
+    solution, count = _compiles(lambda: solve(1.0, 0.8))
+    assert count <= 2, count  # the segments' solve and the split of the records per event
+    assert int(solution.event_count) > 1
+    _, count, traced = _counted(lambda: solve(1.5, 0.85))
+    assert (count, traced) == (0, 0)
+
+
+def test_a_sweep_compiles_one_program_and_a_new_sweep_of_the_same_shapes_none(warmed):
+    y0, ts = jnp.array([1.0, 0.0, 0.0]), np.linspace(0.0, 1.0, 6)
+
+    def run(low):
+        axes = {"rho": np.linspace(low, 30.0, 6)}
+        return ds.sweep(models.Lorenz(), axes, y0, ts, solver=ds.Tsit5(), progress=False)
+
+    first, count = _compiles(lambda: run(10.0))
+    assert count <= 1, count
+    second, count, traced = _counted(lambda: run(12.0))
+    assert (count, traced) == (0, 0)
+    assert not np.array_equal(first["y"].values, second["y"].values)  # new values were used
+    direct = ds.simulate(models.Lorenz(rho=12.0), y0, ts, solver=ds.Tsit5()).ys
+    np.testing.assert_allclose(second["y"].values[0], direct, rtol=1e-12)
+
+
+def test_analyses_compile_one_program_each(warmed):
+    model, y0 = models.Lorenz(rho=20.0), jnp.array([1.0, 1.0, 1.0])
+    ts = jnp.linspace(0.0, 1.0, 11)
+    _, count = _compiles(lambda: ds.sensitivity(model, y0, ts, solver=ds.Dopri5()))
+    assert count <= 1, count
+    _, count = _compiles(
+        lambda: ds.lyapunov_exponent(model, y0, solver=ds.RK4(), dt=0.01, steps=200)
+    )
+    assert count <= 1, count
+    key = jax.random.key(1)
+
+    def walk(k, s):
+        return s + jax.random.normal(k)
+
+    def far(s):
+        return jnp.abs(s) > 2.0
+
+    start, other = jnp.array(0.0), jnp.array(0.5)
+    _, count = _compiles(lambda: ds.iterate(walk, start, key, stop=far, max_steps=500))
+    assert count <= 1, count
+    _, count, traced = _counted(lambda: ds.iterate(walk, other, key, stop=far, max_steps=500))
+    assert (count, traced) == (0, 0)
 
 
 def _worker(folder, *args, env_extra=None):

@@ -2,11 +2,12 @@
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._validate import check_key, check_static_count
+from .._validate import check_key, check_static_count, once
 
 
 class Iterated(NamedTuple):
@@ -46,7 +47,14 @@ def iterate(step, state, key, *, stop, max_steps: int) -> Iterated:
             "step and stop must be functions: step(key, state) -> state, stop(state) -> bool; "
             f"got step={step!r}, stop={stop!r}"
         )
-    _check_functions(step, stop, state, key)
+    once(_check_functions, step, stop, state, key)
+    return _iterate(step, stop, state, key, max_steps=max_steps)
+
+
+@eqx.filter_jit
+def _iterate(step, stop, state, key, *, max_steps: int) -> Iterated:
+    """The loop, compiled once per (step, stop) pair and state structure: run eagerly, the
+    while loop and the first stop test would each compile again on every call."""
 
     def cond(carry):
         state, i, stopped = carry
@@ -77,7 +85,7 @@ def _check_functions(step, stop, state, key) -> None:
             "is not a stop condition"
         )
     try:
-        stepped = jax.eval_shape(step, jax.random.fold_in(key, 0), state)
+        stepped = jax.eval_shape(lambda k, s: step(jax.random.fold_in(k, 0), s), key, state)
     except Exception as error:
         raise TypeError(
             f"ds.iterate: step(key, state) failed ({error}); step takes the key first, then the "

@@ -4,6 +4,7 @@ Lyapunov exponent from the tangent dynamics."""
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
@@ -19,6 +20,7 @@ from .._validate import (
     check_static_count,
     is_traced,
     nonfinite_leaves,
+    to_device,
 )
 
 
@@ -127,27 +129,32 @@ def lyapunov_exponent(
         where = "" if bad == ["(the value itself)"] else f" at {', '.join(bad)}"
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
     dtype = jnp.finfo(jnp.result_type(*leaves)).dtype
-    tangent = _initial_tangent(y0, tangent)
+    tangent = _checked_tangent(y0, tangent)
     exponent, running = _measure(
         model,
         solver,
         y0,
         tangent,
-        jnp.asarray(dt, dtype),
-        jnp.asarray(t0, dtype),
+        to_device(dt, dtype),
+        to_device(t0, dtype),
         every=every,
         skipped=transient_steps // every,
         intervals=steps // every,
+        check_dt=is_traced(dt),
     )
     return (exponent, running) if history else exponent
 
 
 @eqx.filter_jit
-def _measure(model, solver, y0, tangent, dt, t0, *, every: int, skipped: int, intervals: int):
+def _measure(
+    model, solver, y0, tangent, dt, t0, *, every: int, skipped: int, intervals: int, check_dt: bool
+):
     """The renormalized tangent loop: (λ, running estimates). Jitted so that eager calls with
     new values (a Python loop over parameters) reuse one compilation."""
-    dt = eqx.error_if(dt, ~(dt > 0), "lyapunov_exponent: dt must be > 0")
+    if check_dt:  # a traced dt: only the running program can check it (a concrete one was)
+        dt = eqx.error_if(dt, ~(dt > 0), "lyapunov_exponent: dt must be > 0")
     interval = every * dt
+    tangent = _unit_tangent(y0, tangent)
 
     def flow(t, y):
         ts = jnp.stack([t, t + interval])
@@ -206,8 +213,32 @@ def _log_norm(tree):
     return jnp.log(safe) + 0.5 * jnp.log(_squared_norm(scaled))
 
 
-def _initial_tangent(y0, tangent):
-    """A unit tangent vector shaped like `y0`: the user's, rescaled, or a fixed random one."""
+def _checked_tangent(y0, tangent):
+    """The user's tangent vector, checked on the host (None: the default, made in `_measure`)."""
+    if tangent is None:
+        return None
+    tangent = jax.tree.map(as_state_leaf, tangent)
+    same = jax.tree.structure(tangent) == jax.tree.structure(y0) and all(
+        a.shape == b.shape for a, b in zip(jax.tree.leaves(tangent), jax.tree.leaves(y0))
+    )
+    if not same:
+        shapes = jax.tree.map(lambda x: tuple(x.shape), (tangent, y0))
+        raise ValueError(
+            f"tangent must be a pytree like y0 (same structure and shapes); got {shapes[0]} "
+            f"for y0 {shapes[1]}"
+        )
+    leaves = jax.tree.leaves(tangent)
+    if not any(is_traced(leaf) for leaf in leaves):
+        # on the host: device arithmetic here would compile small programs of its own
+        squared = sum(float(np.sum(np.abs(np.asarray(leaf)) ** 2)) for leaf in leaves)
+        if not (np.isfinite(squared) and squared > 0):
+            raise ValueError("tangent must be a non-zero (finite) vector")
+    return tangent
+
+
+def _unit_tangent(y0, tangent):
+    """A unit tangent vector shaped like `y0` (traced): the user's, rescaled, or a fixed random
+    one."""
     if tangent is None:
         leaves, treedef = jax.tree.flatten(y0)
         keys = jax.random.split(jax.random.key(0), len(leaves))
@@ -215,20 +246,6 @@ def _initial_tangent(y0, tangent):
             treedef,
             [jax.random.normal(k, leaf.shape, leaf.dtype) for k, leaf in zip(keys, leaves)],
         )
-    else:
-        tangent = jax.tree.map(as_state_leaf, tangent)
-        same = jax.tree.structure(tangent) == jax.tree.structure(y0) and all(
-            a.shape == b.shape for a, b in zip(jax.tree.leaves(tangent), jax.tree.leaves(y0))
-        )
-        if not same:
-            shapes = jax.tree.map(lambda x: tuple(x.shape), (tangent, y0))
-            raise ValueError(
-                f"tangent must be a pytree like y0 (same structure and shapes); got {shapes[0]} "
-                f"for y0 {shapes[1]}"
-            )
-        tangent = jax.tree.map(lambda v, y: v.astype(y.dtype), tangent, y0)
-        squared = _squared_norm(tangent)
-        if not is_traced(squared) and not float(squared) > 0:
-            raise ValueError("tangent must be a non-zero (finite) vector")
+    tangent = jax.tree.map(lambda v, y: v.astype(y.dtype), tangent, y0)
     norm = jnp.sqrt(_squared_norm(tangent))
     return jax.tree.map(lambda leaf: leaf / norm.astype(leaf.dtype), tangent)

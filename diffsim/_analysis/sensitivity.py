@@ -5,26 +5,29 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from .._integrate.simulate import simulate
-from .._validate import as_state, as_state_leaf
+from .._integrate.simulate import raise_if_failed, real_dtype, simulate
+from .._validate import as_state, as_state_leaf, is_traced
 
 
-def jacobian(fn, x, *, mode: str = "auto"):
+def jacobian(fn, x, *, mode: str = "auto", has_aux: bool = False):
     """The Jacobian of `fn` at `x` (pytrees in and out), in forward mode when `x` has no more
     elements than `fn(x)` (one pass per input) and in reverse mode otherwise (one pass per
     output); `mode="forward"` or `"reverse"` forces one.
 
     **Returns:** a pytree shaped like `fn(x)` whose leaves have shape `out.shape + in.shape` per
-    input leaf (JAX's `jacfwd`/`jacrev` layout).
+    input leaf (JAX's `jacfwd`/`jacrev` layout); with `has_aux=True`, `fn` returns `(out, aux)`
+    and the result is `(jacobian, aux)`.
     """
     if mode not in ("auto", "forward", "reverse"):
         raise ValueError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
     if mode == "auto":
         n_in = sum(jnp.size(leaf) for leaf in jax.tree.leaves(x))
-        n_out = sum(leaf.size for leaf in jax.tree.leaves(jax.eval_shape(fn, x)))
+        out = jax.eval_shape(fn, x)
+        n_out = sum(leaf.size for leaf in jax.tree.leaves(out[0] if has_aux else out))
         mode = "forward" if n_in <= n_out else "reverse"
-    return (jax.jacfwd if mode == "forward" else jax.jacrev)(fn)(x)
+    return (jax.jacfwd if mode == "forward" else jax.jacrev)(fn, has_aux=has_aux)(x)
 
 
 def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", **options):
@@ -40,39 +43,77 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
     **Returns:** a dict name → Jacobian; each has shape `ys.shape + parameter.shape`
     (`(times, *state, *y0_shape)` for `"y0"`, keyed `"y0"`), for an array state.
     """
+    throw = options.pop("throw", True)
     if isinstance(wrt, str) and wrt == "y0":
-
-        def run_y0(initial):
-            return simulate(model, initial, ts, solver=solver, **options).ys
-
         # an integer state is read as floats by simulate; so it is differentiated
         y0 = jax.tree.map(as_state_leaf, as_state(y0))
-        return {"y0": jacobian(run_y0, y0, mode=mode)}
-    if isinstance(wrt, str) and wrt != "parameters":
-        wrt = (wrt,)  # one name, not its letters
-    names = _parameter_names(model) if wrt == "parameters" else tuple(wrt)
-    known = ", ".join(_parameter_names(model))
-    for name in names:
-        if not any(f.name == name for f in dataclasses.fields(model)):
-            raise ValueError(
-                f"{type(model).__name__} has no parameter {name!r}; it has: {known} (or "
-                "wrt='y0' for the initial state)"
-            )
-        if not eqx.is_inexact_array(getattr(model, name)):
-            raise ValueError(
-                f"{type(model).__name__}.{name} is {getattr(model, name)!r}, not a floating "
-                f"array, so nothing can be differentiated with respect to it; its floating "
-                f"parameters: {known}"
-            )
-    values = {name: getattr(model, name) for name in names}
+        names = "y0"
+    else:
+        if isinstance(wrt, str) and wrt != "parameters":
+            wrt = (wrt,)  # one name, not its letters
+        names = _parameter_names(model) if wrt == "parameters" else tuple(wrt)
+        known = ", ".join(_parameter_names(model))
+        for name in names:
+            if not any(f.name == name for f in dataclasses.fields(model)):
+                raise ValueError(
+                    f"{type(model).__name__} has no parameter {name!r}; it has: {known} (or "
+                    "wrt='y0' for the initial state)"
+                )
+            if not eqx.is_inexact_array(getattr(model, name)):
+                raise ValueError(
+                    f"{type(model).__name__}.{name} is {getattr(model, name)!r}, not a floating "
+                    f"array, so nothing can be differentiated with respect to it; its floating "
+                    f"parameters: {known}"
+                )
+    if mode not in ("auto", "forward", "reverse"):
+        raise ValueError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
+    # a fixed-step solve plans its steps from concrete times: they go in as a static value
+    static_ts = not is_traced(ts) and getattr(solver, "needs_dt", False)
+    times = _HostArray(ts) if static_ts else ts
+    result, solution = _sensitivities(model, y0, times, solver, names, mode, options)
+    if throw:  # checked after the program, so that it carries no host callback
+        raise_if_failed(solution, options.get("max_steps", 100_000), solver, real_dtype(y0))
+    return result
+
+
+class _HostArray:
+    """A NumPy array passed to a jitted function as a static (hashable) value."""
+
+    def __init__(self, value):
+        self.value = np.asarray(value)
+
+    def _key(self):
+        return (self.value.shape, self.value.dtype.str, self.value.tobytes())
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _HostArray) and self._key() == other._key()
+
+
+@eqx.filter_jit
+def _sensitivities(model, y0, ts, solver, names, mode: str, options: dict):
+    """The Jacobians and the undifferentiated solution (for its result code), in one program:
+    run eagerly, the Jacobian's own operations would each compile a small program."""
+    ts = ts.value if isinstance(ts, _HostArray) else ts
+
+    def solve(member, initial):
+        solution = simulate(member, initial, ts, solver=solver, throw=False, **options)
+        return solution.ys, solution
+
+    if names == "y0":
+        jac, solution = jacobian(lambda initial: solve(model, initial), y0, mode=mode, has_aux=True)
+        return {"y0": jac}, solution
 
     def run(values):
         member = eqx.tree_at(
             lambda m: [getattr(m, n) for n in names], model, [values[n] for n in names]
         )
-        return simulate(member, y0, ts, solver=solver, **options).ys
+        return solve(member, y0)
 
-    return jacobian(run, values, mode=mode)
+    values = {name: getattr(model, name) for name in names}
+    return jacobian(run, values, mode=mode, has_aux=True)
 
 
 def _parameter_names(model) -> tuple[str, ...]:

@@ -181,7 +181,8 @@ def _run(problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool) -> 
 
     def one(p0):
         u0 = problem.unconstrained(p0)
-        optimum = opt.optimize(lambda u: problem.residuals(problem.natural(u)), u0, optimizer)
+        residuals = lambda u: problem.residuals(problem.natural(u))  # noqa: E731
+        optimum = opt.optimize(residuals, u0, optimizer, problem.num_residuals)
         return _Stage(optimum, problem.natural(optimum.u))
 
     if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time

@@ -86,11 +86,12 @@ class Optimum(eqx.Module):
     code: jax.Array  # a FIT_RESULTS value
 
 
-def optimize(residual_fn, u0, optimizer: Optimizer) -> Optimum:
-    """Minimise `sum(residual_fn(u) ** 2)` from `u0`. Traceable (call it inside `jit`/`vmap`)."""
+def optimize(residual_fn, u0, optimizer: Optimizer, num_residuals: int | None = None) -> Optimum:
+    """Minimise `sum(residual_fn(u) ** 2)` from `u0`. Traceable (call it inside `jit`/`vmap`).
+    `num_residuals`, the length of `residual_fn`'s output when known, spares a trace of it."""
     if optimizer.is_optax:
         return _optimize_optax(residual_fn, u0, optimizer)
-    return _optimize_optimistix(residual_fn, u0, optimizer)
+    return _optimize_optimistix(residual_fn, u0, optimizer, num_residuals)
 
 
 def _solver(optimizer: Optimizer):
@@ -115,7 +116,7 @@ class _OptimistixState(NamedTuple):
     code: jax.Array  # the FIT_RESULTS value the loop ends with, if it ends now
 
 
-def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
+def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer, num_residuals) -> Optimum:
     solver, least_squares = _solver(optimizer)
 
     def fn(u, args):
@@ -125,7 +126,12 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer) -> Optimum:
 
     options = {"jac": optimizer.jac} if least_squares else {}
     tags = frozenset()
-    f_struct, aux_struct = jax.eval_shape(lambda u: fn(u, None), u0)
+    if num_residuals is None:
+        f_struct, aux_struct = jax.eval_shape(lambda u: fn(u, None), u0)
+    else:  # the shapes without tracing the residuals (a whole simulation) once more
+        scalar = jax.ShapeDtypeStruct((), u0.dtype)
+        f_struct = jax.ShapeDtypeStruct((num_residuals,), u0.dtype) if least_squares else scalar
+        aux_struct = scalar
     state = _match_dtype(solver.init(fn, u0, None, options, f_struct, aux_struct, tags), u0.dtype)
     dynamic, static = eqx.partition(state, eqx.is_array)
     # history[i]: the smallest loss among the points evaluated in steps 0..i (step i evaluates

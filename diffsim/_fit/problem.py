@@ -203,6 +203,11 @@ class Problem(eqx.Module):
             difference = predictions - self.values
         return jnp.where(self.scale > 0, difference * self.scale, 0.0)
 
+    @property
+    def num_residuals(self) -> int:
+        """The length of `residuals`: the data values, then the shooting defects."""
+        return math.prod(self.values.shape) + (len(self.windows) - 1) * self.y0.shape[0]
+
     def residuals(self, p):
         """Weighted residuals of the data, then the scaled multiple-shooting defects; flat."""
         model, y0, nodes = self.assemble(p)

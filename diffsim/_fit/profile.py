@@ -167,7 +167,7 @@ def _profile_run(problem, p_hat, grid, j: int, optimizer):
             u = jnp.concatenate([rest[:j], u_j[None], rest[j:]])
             return problem.residuals(problem.natural(u))
 
-        return opt.optimize(residuals, rest_u, optimizer)
+        return opt.optimize(residuals, rest_u, optimizer, problem.num_residuals)
 
     return jax.vmap(one)(fixed_u)
 

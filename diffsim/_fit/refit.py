@@ -94,10 +94,9 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     if start == "guess":
         p0 = result._settings.guess
     else:
-        p0 = jnp.asarray([result.params[n] for n in result.names], dtype)
-    u0 = problem.unconstrained(p0)
+        p0 = jnp.asarray(np.array([result.params[n] for n in result.names]), dtype)
     optimizer = result._settings.optimizer
-    p, loss, code, jacobians = _refit_run(problem, data, scale, u0, optimizer)
+    p, loss, code, jacobians = _refit_run(problem, data, scale, p0, optimizer)
     counts = np.sum(scale_np > 0, axis=tuple(range(1, missing.ndim)))
     p, loss, jacobians = np.asarray(p), np.asarray(loss), np.asarray(jacobians)
     stderr = np.full_like(p, np.nan)
@@ -124,10 +123,15 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
 
 
 @eqx.filter_jit
-def _refit_run(problem, data, scale, u0, optimizer):
+def _refit_run(problem, data, scale, p0, optimizer):
+    """Every replicate's fit and its Jacobian at the optimum, from the natural start `p0`, in
+    one program."""
+    u0 = problem.unconstrained(p0)
+
     def one(values, scale):
         replicate = dataclasses.replace(problem, values=values, scale=scale)
-        optimum = opt.optimize(lambda u: replicate.residuals(replicate.natural(u)), u0, optimizer)
+        residuals = lambda u: replicate.residuals(replicate.natural(u))  # noqa: E731
+        optimum = opt.optimize(residuals, u0, optimizer, replicate.num_residuals)
         p = replicate.natural(optimum.u)
         jacobian, r = jax.jacfwd(
             lambda q: (lambda y: (y, y))(replicate.residuals(q)), has_aux=True

@@ -1,7 +1,5 @@
 """`simulate`: model + solver + output times → `Solution`."""
 
-from collections import OrderedDict
-
 import diffrax
 import equinox as eqx
 import jax
@@ -23,6 +21,7 @@ from .._validate import (
     describe,
     is_traced,
     nonfinite_leaves,
+    once,
     probe_indices,
 )
 from .families import solve_of, SolveRequest
@@ -152,27 +151,28 @@ def simulate(
     # The host copy of a concrete ts plans the fixed steps: under jit, jnp.asarray of a NumPy
     # array is already a traced value.
     host_ts = ts if is_traced(ts) else np.asarray(ts)
-    ts = ts if is_traced(ts) else jnp.asarray(ts)
+    # device_put, not jnp.asarray: the latter compiles a small program for a NumPy array
+    ts = ts if is_traced(ts) or isinstance(ts, jax.Array) else jax.device_put(host_ts)
     y0 = jax.tree.map(as_state_leaf, as_state(y0))
-    real_dtype = _real_dtype(y0)
+    dtype = real_dtype(y0)
     _check_finite_inputs(model, y0)
-    check_ts(host_ts, real_dtype)
-    model = _cast_floats(model, real_dtype)
-    times = ts.astype(real_dtype)
+    check_ts(host_ts, dtype)
+    model = _cast_floats(model, dtype)
+    times = ts.astype(dtype)
     # the start time for the trace-time checks: taken on the host when ts is concrete (indexing
     # a device array would compile two small programs before the solve's own)
-    t0 = times[0] if is_traced(ts) else jnp.asarray(np.asarray(host_ts)[0], real_dtype)
-    _once(_check_state, model, y0, t0)
+    t0 = times[0] if is_traced(ts) else jax.device_put(np.asarray(np.asarray(host_ts)[0], dtype))
+    once(_check_state, model, y0, t0)
 
     _check_noise(model, solver, key)
     event_list = None if events is None else _prepared_events(events, solver, t0, y0)
-    _once(solver.check_model, model, t0, y0)
+    once(solver.check_model, model, t0, y0)
     request = SolveRequest(
         model=model,
         y0=y0,
         ts=times,
         host_ts=host_ts,
-        dtype=real_dtype,
+        dtype=dtype,
         events=event_list,
         key=key,
         dt=dt,
@@ -185,7 +185,9 @@ def simulate(
 
     solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
     if records is not None:
-        event_time, event_state, event_count = records.public(isinstance(events, Event), event_list)
+        event_time, event_state, event_count = _public_records(
+            records, isinstance(events, Event), event_list
+        )
         solution = Solution(
             ts=ts,
             ys=ys,
@@ -196,7 +198,14 @@ def simulate(
             event_count=event_count,
             reached=reached,
         )
-    return _raise_if_failed(solution, max_steps, solver, real_dtype) if throw else solution
+    return raise_if_failed(solution, max_steps, solver, dtype) if throw else solution
+
+
+@eqx.filter_jit
+def _public_records(records, single: bool, events):
+    # jitted: eagerly, the indexing that splits the records per event compiles a small program
+    # for each piece
+    return records.public(single, events)
 
 
 # --- input preparation (Python, at trace time) ----------------------------------------------
@@ -233,11 +242,12 @@ def _prepared_events(events, solver, t0, y0) -> tuple:
             else f"{type(solver).__name__} does not support events"
         )
     event_list = _cast_floats(event_list, t0.dtype)
-    _once(_check_events, event_list, t0, y0)
+    once(_check_events, event_list, t0, y0)
     return event_list
 
 
-def _real_dtype(y0):
+def real_dtype(y0):
+    """The real floating dtype of a state (that of its components for a complex one)."""
     leaves = jax.tree.leaves(y0)
     if not leaves:
         raise ValueError("y0 is empty: pass the initial state as an array or a pytree of arrays")
@@ -265,39 +275,6 @@ def _check_finite_inputs(model, y0) -> None:
     if bad:
         where = "" if bad == ["(the value itself)"] else f" at {', '.join(bad)}"
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
-
-
-_PASSED_CHECKS: OrderedDict = OrderedDict()
-_MAX_REMEMBERED = 1024
-
-
-def _once(check, *args) -> None:
-    """Run a trace-time check, skipping it when it already passed for arguments of the same
-    structure, shapes and dtypes (what these checks depend on). Saves a trace per eager call."""
-    key = _abstract_signature(check, *args)
-    if key is not None and key in _PASSED_CHECKS:
-        return
-    check(*args)
-    if key is not None:
-        _PASSED_CHECKS[key] = None
-        if len(_PASSED_CHECKS) > _MAX_REMEMBERED:
-            _PASSED_CHECKS.popitem(last=False)
-
-
-def _abstract_signature(*trees):
-    leaves, treedef = jax.tree.flatten(trees)
-    signature = []
-    for leaf in leaves:
-        if isinstance(leaf, (jax.Array, np.ndarray)):
-            signature.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
-        else:
-            signature.append(("value", type(leaf), leaf))
-    key = (treedef, tuple(signature))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def _check_state(model, y0, t0) -> None:
@@ -355,7 +332,7 @@ def _check_events(events, t0, y0) -> None:
 _MESSAGES = tuple(code.message for code in RESULTS)
 
 
-def _raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Solution:
+def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Solution:
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
         checked = eqx.branched_error_if(

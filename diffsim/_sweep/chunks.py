@@ -15,7 +15,9 @@ Invariants:
 
 import dataclasses
 import math
+from collections import OrderedDict
 
+import equinox as eqx
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -102,7 +104,8 @@ class ChunkRunner:
         self.spec, self.axes, self.plan = spec, axes, plan
         sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
         self._sharding = sharding
-        self._run = jax.jit(jax.vmap(spec.member), in_shardings=sharding, out_shardings=sharding)
+        self._program = _members_program(spec)
+        self._dynamic = spec.dynamic()
 
     def launch(self, chunk: int) -> MemberOutputs:
         """Start computing `chunk` (asynchronously); returns the device outputs."""
@@ -118,7 +121,7 @@ class ChunkRunner:
         # placed on this process's devices first: under jax.distributed, jit refuses numpy
         # inputs with a sharding over several devices (each process runs its own chunks)
         values, index = jax.device_put((values, index), self._sharding)
-        return self._run(values, index)
+        return self._program(self._dynamic, values, index)
 
     def _as_input(self, name: str, values: np.ndarray) -> np.ndarray:
         if name == "y0":
@@ -137,6 +140,37 @@ class ChunkRunner:
             name: np.asarray(x)[:count].reshape(region_shape + x.shape[1:])
             for name, x in device_outputs.by_name().items()
         }
+
+
+_PROGRAMS: OrderedDict = OrderedDict()  # program key -> compiled chunk function
+_MAX_PROGRAMS = 16
+
+
+def _members_program(spec: MemberSpec):
+    """The compiled function of a chunk, `(spec.dynamic(), values, index) -> outputs`, shared by
+    every sweep whose spec has the same `program_key` (a new jit per sweep would trace and
+    compile again for new values of the same shapes)."""
+    key = spec.program_key()
+    try:
+        program = _PROGRAMS.get(key)
+    except TypeError:  # an unhashable part (e.g. a reduce object): a program of its own
+        return _program_for(spec)
+    if program is None:
+        program = _PROGRAMS[key] = _program_for(spec)
+        while len(_PROGRAMS) > _MAX_PROGRAMS:
+            _PROGRAMS.popitem(last=False)
+    return program
+
+
+def _program_for(template: MemberSpec):
+    @eqx.filter_jit
+    def run(dynamic, values, index):
+        # the template's static parts with this sweep's arrays; values and index arrive
+        # placed on the chunk's devices, so the outputs are sharded as they are
+        spec = dataclasses.replace(template, **dynamic)
+        return jax.vmap(spec.member)(values, index)
+
+    return run
 
 
 def run_chunks(chunks, runner: ChunkRunner, sink, bar) -> None:

@@ -75,6 +75,7 @@ class MemberSpec:
     whole_y0: bool  # whether an axis "y0" gives whole initial states
     flat_y0: jax.Array  # the shared initial state, flattened
     unravel: Callable  # flat state -> the state's pytree, in `dtype`
+    y0_structure: object  # the state's pytree structure (what `unravel` returns)
     dtype: np.dtype
     ts: jax.Array
     solver: AbstractSolver
@@ -97,7 +98,7 @@ class MemberSpec:
         _check_key(key, solver, axes, is_factory)
         reduce_fn, known_dims, reduce_name = resolve_reduce(reduce)
         parameters, components, whole = _split_names(axes.names)
-        flat_y0, unravel, dtype = _initial_state(y0, axes, whole, components)
+        flat_y0, unravel, dtype, y0_structure = _initial_state(y0, axes, whole, components)
         spec = cls(
             model=model,
             is_factory=is_factory,
@@ -106,9 +107,10 @@ class MemberSpec:
             whole_y0=whole,
             flat_y0=flat_y0,
             unravel=unravel,
+            y0_structure=y0_structure,
             dtype=dtype,
             # a jax array: closed over, it stays concrete inside the traced member function
-            ts=jnp.asarray(ts),
+            ts=ts if any_traced(ts) else jax.device_put(np.asarray(ts)),
             solver=solver,
             dt=dt,
             reduce=reduce_fn,
@@ -203,6 +205,36 @@ class MemberSpec:
         }
         return MemberOutputs(outputs, solution.result, solution.stats["num_steps"])
 
+    # the fields a member's program takes as traced arguments: new values of them (another base
+    # model, initial state, tolerances or key) reuse the compiled program
+    _DYNAMIC = ("flat_y0", "solver", "key")
+
+    def dynamic(self) -> dict:
+        """The spec's array-valued parts, passed to the compiled program as arguments."""
+        names = self._DYNAMIC + (() if self.is_factory else ("model",))
+        return {name: getattr(self, name) for name in names}
+
+    def program_key(self) -> tuple:
+        """What decides the compiled program apart from `dynamic()` (hashable): equal keys can
+        share one program."""
+        ts = np.asarray(self.ts)
+        shape_of = lambda x: (tuple(np.shape(x)), str(jnp.result_type(x)))  # noqa: E731
+        return (
+            self.model if self.is_factory else None,  # a model function, by identity
+            self.parameter_names,
+            tuple(sorted(self.component_names.items())),
+            self.whole_y0,
+            shape_of(self.flat_y0),
+            self.y0_structure,
+            str(self.dtype),
+            (ts.shape, ts.dtype.str, ts.tobytes()),
+            self.dt,
+            self.reduce,
+            self.key is None,
+            self.max_steps,
+            tuple(sorted(self.parameter_shapes.items())),
+        )
+
     def _path_key(self, member_key) -> dict:
         """The Brownian path's key of a stochastic solve: a stream of the member's key apart
         from the one its model function receives."""
@@ -211,10 +243,22 @@ class MemberSpec:
         return {"key": jax.random.fold_in(member_key, 1)}
 
     def output_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
-        """One member's shape and dtype of every variable, found by tracing (nothing runs)."""
+        """One member's shape and dtype of every variable, found by tracing (nothing runs);
+        remembered per program, so that a sweep with new values traces nothing."""
         values = {n: jax.ShapeDtypeStruct(self._member_shape(n), self.dtype) for n in self.inputs}
         index = jax.ShapeDtypeStruct((), jnp.uint32)
-        shapes = jax.eval_shape(self.member, values, index)
+        try:
+            dynamic = jax.tree.flatten(self.dynamic())
+            key = (self.program_key(), dynamic[1], tuple(_abstract(x) for x in dynamic[0]))
+            shapes = _OUTPUT_SHAPES.get(key)
+        except TypeError:  # an unhashable part: traced every time
+            key, shapes = None, None
+        if shapes is None:
+            shapes = jax.eval_shape(self.member, values, index)
+            if key is not None:
+                _OUTPUT_SHAPES[key] = shapes
+                while len(_OUTPUT_SHAPES) > 64:
+                    _OUTPUT_SHAPES.pop(next(iter(_OUTPUT_SHAPES)))
         for name in set(shapes.outputs) & set(PER_MEMBER):
             raise ValueError(
                 f"the reduce output {name!r} has the name of a per-member variable of every "
@@ -309,7 +353,7 @@ def _initial_state(y0, axes: Axes, whole: bool, components: dict):
     flat, unravel = ravel_pytree(jax.tree.map(jnp.asarray, as_state(y0)))
     if not jnp.issubdtype(flat.dtype, jnp.floating):
         flat = flat.astype(jnp.result_type(float))
-    if not any_traced(flat) and not bool(jnp.all(jnp.isfinite(flat))):
+    if not any_traced(flat) and not np.all(np.isfinite(np.asarray(flat))):  # on the host
         raise ValueError(
             "y0 holds NaN or inf; the initial state shared by the members must be finite"
         )
@@ -324,7 +368,15 @@ def _initial_state(y0, axes: Axes, whole: bool, components: dict):
                 f"number per member, got values of shape {axes.values[name].shape}; sweep "
                 "whole initial states with an axis 'y0'"
             )
-    return flat, _unravel_as(unravel, flat.dtype), flat.dtype
+    structure = jax.tree.structure(as_state(y0))
+    return flat, _unravel_as(unravel, flat.dtype), flat.dtype, structure
+
+
+_OUTPUT_SHAPES: dict = {}  # (program key, dynamic structure and shapes) -> outputs' shapes
+
+
+def _abstract(x):
+    return (tuple(np.shape(x)), str(jnp.result_type(x))) if eqx.is_array(x) else x
 
 
 def _unravel_as(unravel, dtype):
