@@ -52,6 +52,8 @@ def fit(alpha, beta, gamma, delta, u0, v0):
     return ds.fit(guess, jnp.array([u0, v0]), (years, pelts), params=["alpha", "beta", "gamma",
         "delta"], initial_state=True, loss="log", solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
         bounds={"y0[prey]": (0.0, None), "y0[predator]": (0.0, None)})
+def alpha_of(result):
+    return result.params["alpha"]
 """
 
 SCIPY_FIT = """
@@ -70,6 +72,8 @@ def residuals(q):
 def fit(alpha, beta, gamma, delta, u0, v0):
     start = np.log([alpha, beta, gamma, delta, u0, v0])
     return np.exp(least_squares(residuals, start, method="lm").x)
+def alpha_of(result):
+    return result[0]
 """
 
 HAND_FIT = """
@@ -91,9 +95,11 @@ solve = jax.jit(lambda q0: optx.least_squares(residuals, optx.LevenbergMarquardt
     atol=1e-10), q0, options={"jac": "fwd"}, max_steps=256, throw=False).value)
 def fit(alpha, beta, gamma, delta, u0, v0):
     return np.exp(np.asarray(solve(jnp.log(jnp.array([alpha, beta, gamma, delta, u0, v0])))))
+def alpha_of(result):
+    return result[0]
 """
 
-GUESS = "fit(0.5, 0.025, 0.8, 0.025, 30.0, 4.0)"
+GUESS = "print(alpha_of(fit(0.5, 0.025, 0.8, 0.025, 30.0, 4.0)))"
 TWENTY = """
 rng = np.random.default_rng(0)
 for i in range(20):
@@ -107,7 +113,7 @@ import diffsim as ds
 import models
 ys = ds.simulate(models.Lorenz(), jnp.array([1.0, 0.0, 0.0]), jnp.linspace(0.0, 10.0, 101),
                  solver=ds.Tsit5()).ys
-print(float(ys[-1, 0]))
+print(float(ys[10, 0]))  # x(1): before the chaos spreads the tolerances apart
 """
 
 SCIPY_SOLVE = """
@@ -116,14 +122,19 @@ def lorenz(t, y):
     return [10.0 * (y[1] - y[0]), y[0] * (28.0 - y[2]) - y[1], y[0] * y[1] - 8.0 / 3.0 * y[2]]
 sol = solve_ivp(lorenz, (0.0, 10.0), [1.0, 0.0, 0.0], method="DOP853", t_eval=np.linspace(0.0,
                 10.0, 101), rtol=1e-3, atol=1e-6)
-print(sol.y[0, -1])
+print(sol.y[0, 10])
 """
 
 
-def _wall(code: str, env: dict) -> float:
+def _wall(code: str, env: dict, answers: list) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-    return time.perf_counter() - start
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr[-2000:])
+    lines = run.stdout.strip().splitlines()
+    answers.append(float(lines[-1]) if lines else None)
+    return seconds
 
 
 def _cases():
@@ -148,22 +159,24 @@ def _cases():
     }
 
 
-def measure(repeats: int, quick: bool = False) -> dict:
+def measure(repeats: int, quick: bool = False) -> tuple[dict, dict]:
     """{case: {method: median seconds}}; diffsim's rows cold and warm. `quick`: the fit against
-    scipy and the imports only (the smoke run of CI)."""
+    scipy and the imports only (the smoke run of CI). Also returns each call's answers (the
+    fitted alpha, the Lorenz x(10)) per method, to check that all reach the same one."""
     base = dict(os.environ)
     base.pop("JAX_COMPILATION_CACHE_DIR", None)
-    out = {}
+    out, answers = {}, {}
     for case, methods in _cases().items():
         if quick and case not in ("lynx–hare fit", "import"):
             continue
-        out[case] = {}
+        out[case], answers[case] = {}, {}
         for method, code in methods.items():
+            got = answers[case].setdefault(method, [])
             if quick and method == "diffrax + optimistix by hand":
                 continue
             if method != "diffsim":
                 env = dict(base, DIFFSIM_CACHE="off")
-                runs = [_wall(code, env) for _ in range(repeats)]
+                runs = [_wall(code, env, got) for _ in range(repeats)]
                 out[case][method] = statistics.median(runs)
                 continue
             cold, warm = [], []
@@ -171,11 +184,11 @@ def measure(repeats: int, quick: bool = False) -> dict:
                 with tempfile.TemporaryDirectory() as folder:
                     env = dict(base, DIFFSIM_CACHE_DIR=folder)
                     env.pop("DIFFSIM_CACHE", None)
-                    cold.append(_wall(code, env))
-                    warm.append(_wall(code, env))
+                    cold.append(_wall(code, env, got))
+                    warm.append(_wall(code, env, got))
             out[case]["diffsim, cold cache"] = statistics.median(cold)
             out[case]["diffsim, warm cache"] = statistics.median(warm)
-    return out
+    return out, answers
 
 
 def main(argv=None):
@@ -186,7 +199,17 @@ def main(argv=None):
     print("# Time to the first answer (fresh processes, wall seconds from start to exit)")
     print(machine_line())
     print(f"Median of {repeats} run(s) of each script.\n")
-    times = measure(repeats, args.quick)
+    times, answers = measure(repeats, args.quick)
+    for case in ("lynx–hare fit", "one Lorenz solve"):
+        if case not in answers:
+            continue
+        values = [v for got in answers[case].values() for v in got]
+        reference = answers[case]["scipy"][0]
+        # the fit's optimum to the optimisers' tolerance; the Lorenz x(1) to
+        # the solvers' tolerance, loosely
+        tolerance = 1e-4 if case == "lynx–hare fit" else 1e-2
+        if not all(abs(v - reference) <= tolerance * max(1.0, abs(reference)) for v in values):
+            raise SystemExit(f"{case}: the methods disagree: {answers[case]}")
     rows = []
     for case, methods in times.items():
         peer = methods.get("scipy", methods.get("jax alone"))
