@@ -49,6 +49,8 @@ def warmed():
         (ts, np.cos(1.3 * ts)),
         params=["omega"],
         observe=lambda y: y[0],
+        solver=ds.RK4(),
+        dt=ts[1] / 10,
     )
     ball = models.BouncingBall()
     ds.simulate(
@@ -212,7 +214,7 @@ def test_an_unusable_cache_folder_warns_once_and_runs_uncached(tmp_path):
 
 
 def test_the_cache_is_off_with_the_environment_variable(tmp_path):
-    out = _worker(tmp_path / "cache", env_extra={"DIFFSIM_CACHE": "off"})
+    out = _worker(tmp_path / "cache", "--model", "none", env_extra={"DIFFSIM_CACHE": "off"})
     assert not out["config"]["cache"]
     assert "DIFFSIM_CACHE" in out["config"]["why"]
     assert not (tmp_path / "cache").exists()

@@ -20,6 +20,7 @@ from .._validate import (
     as_state,
     as_state_leaf,
     check_key,
+    check_positive_number,
     check_real,
     check_static_count,
     probe_indices,
@@ -112,6 +113,7 @@ def assemble(spec: FitSpec) -> FitSetup:
     dtype = y0.dtype
     unknowns = _unknowns(spec, y0)
     observed = _observations(spec, data, y0)
+    check_positive_number("dt", spec.dt)
     if solver.needs_dt and spec.dt is None:
         raise ValueError(
             f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
@@ -134,7 +136,7 @@ def assemble(spec: FitSpec) -> FitSetup:
         y0_shape=tuple(y0.shape),
         observe=spec.observe,
         log_loss=spec.loss == "log",
-        dt=spec.dt,
+        dt=None if spec.dt is None else float(spec.dt),  # static: a NumPy scalar would warn
         max_steps=int(spec.max_steps),
         events=_checked_events(spec.events, spec.model),
         windows=((0, len(observed.ts) - 1),),
