@@ -458,9 +458,8 @@ def _jvp_by_jacobian(primals, tangents, **options):
         inexact = (segment.ys, segment.t_final, segment.y_final)
         return inexact, segment
 
-    def column(direction):
-        out, tangent, segment = jax.jvp(outputs, (x,), (direction,), has_aux=True)
-        return out, tangent, segment
+    def column(direction):  # (outputs, their tangent along `direction`, the segment)
+        return jax.jvp(outputs, (x,), (direction,), has_aux=True)
 
     basis = jnp.eye(x.size, dtype=x.dtype)
     _, jacobian, segment = jax.vmap(column, out_axes=(None, -1, None))(basis)
@@ -473,9 +472,7 @@ def _jvp_by_jacobian(primals, tangents, **options):
         rejected=None,
         t_final=t_final_t,
         y_final=y_final_t,
-        event_mask=None
-        if segment.event_mask is None
-        else jax.tree.map(lambda _: None, segment.event_mask),
+        event_mask=jax.tree.map(lambda _: None, segment.event_mask),  # None stays None
         event_occurred=None,
     )
     return segment, tangent
