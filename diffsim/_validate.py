@@ -18,13 +18,44 @@ def is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def to_device(x, dtype):
-    """`x` as an array of `dtype`: traced values cast in the trace, concrete ones put on the
-    device from the host (jnp.asarray of a concrete value compiles a small program of its own,
-    in every fresh process)."""
+def to_device(x, dtype=None):
+    """`x` as an array (of `dtype` when given): traced values cast in the trace, concrete ones
+    put on the device from the host (jnp.asarray of a concrete value compiles a small program
+    of its own, in every fresh process)."""
     if is_traced(x):
         return jnp.asarray(x, dtype)
     return jax.device_put(np.asarray(x, dtype))
+
+
+class HostArray:
+    """A concrete NumPy array as a hashable static value (by shape, dtype and bytes): for a
+    jitted function that must see it concretely (a fixed-step plan), or a cache key."""
+
+    def __init__(self, value):
+        self.value = np.asarray(value)
+
+    def _key(self):
+        return (self.value.shape, self.value.dtype.str, self.value.tobytes())
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, HostArray) and self._key() == other._key()
+
+
+class Bounded(OrderedDict):
+    """A mapping that keeps its `size` most recently added entries (a cache of traces or
+    programs that must not grow without bound in a long session)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 def any_traced(tree) -> bool:
@@ -37,10 +68,10 @@ def as_parameter(x):
     # device_put of a NumPy value, not jnp.asarray: that compiles a small program (once per
     # dtype and shape, but in every fresh process, before the user's first answer)
     if isinstance(x, (bool, int, float)):  # Python scalars: the default float, not weakly typed
-        return jax.device_put(np.asarray(x, dtype=jnp.result_type(float)))
+        return to_device(x, jnp.result_type(float))
     if not _numeric(x):
         return x  # a string, None, an object: check_parameter names the field it was given for
-    x = x if isinstance(x, jax.Array) or any_traced(x) else jax.device_put(np.asarray(x))
+    x = x if isinstance(x, jax.Array) or any_traced(x) else to_device(x)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         x = x.astype(jnp.result_type(float))
     return x
@@ -290,8 +321,7 @@ def describe(tree, dtypes: bool = False) -> str:
 
 
 # Trace-time checks that passed, by abstract signature (structure, shapes, dtypes, static values)
-_PASSED_CHECKS: OrderedDict = OrderedDict()
-_MAX_REMEMBERED = 1024
+_PASSED_CHECKS = Bounded(1024)
 
 
 def once(check, *args) -> None:
@@ -304,8 +334,6 @@ def once(check, *args) -> None:
     check(*args)
     if key is not None:
         _PASSED_CHECKS[key] = None
-        if len(_PASSED_CHECKS) > _MAX_REMEMBERED:
-            _PASSED_CHECKS.popitem(last=False)
 
 
 def _abstract_signature(*trees):

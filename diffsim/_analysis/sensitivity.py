@@ -5,10 +5,9 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._integrate.simulate import raise_if_failed, real_dtype, simulate
-from .._validate import as_state, as_state_leaf, is_traced
+from .._validate import as_state, as_state_leaf, HostArray, is_traced
 
 
 def jacobian(fn, x, *, mode: str = "auto", has_aux: bool = False):
@@ -69,34 +68,18 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
         raise ValueError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
     # a fixed-step solve plans its steps from concrete times: they go in as a static value
     static_ts = not is_traced(ts) and getattr(solver, "needs_dt", False)
-    times = _HostArray(ts) if static_ts else ts
+    times = HostArray(ts) if static_ts else ts
     result, solution = _sensitivities(model, y0, times, solver, names, mode, options)
     if throw:  # checked after the program, so that it carries no host callback
         raise_if_failed(solution, options.get("max_steps", 100_000), solver, real_dtype(y0))
     return result
 
 
-class _HostArray:
-    """A NumPy array passed to a jitted function as a static (hashable) value."""
-
-    def __init__(self, value):
-        self.value = np.asarray(value)
-
-    def _key(self):
-        return (self.value.shape, self.value.dtype.str, self.value.tobytes())
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __eq__(self, other):
-        return isinstance(other, _HostArray) and self._key() == other._key()
-
-
 @eqx.filter_jit
 def _sensitivities(model, y0, ts, solver, names, mode: str, options: dict):
     """The Jacobians and the undifferentiated solution (for its result code), in one program:
     run eagerly, the Jacobian's own operations would each compile a small program."""
-    ts = ts.value if isinstance(ts, _HostArray) else ts
+    ts = ts.value if isinstance(ts, HostArray) else ts
 
     def solve(member, initial):
         solution = simulate(member, initial, ts, solver=solver, throw=False, **options)

@@ -388,25 +388,17 @@ def _diffeqsolve_any_order(
     )
 
 
-def _solve_plain(
-    model, y0, ts, controls, span, conditions, *, inner, max_steps, directions, adjoint
-):
+def _solve_plain(model, y0, ts, controls, span, conditions, **options):
+    """One solve as a `_Segment`: the lean loop where it applies (an explicit pair, no events),
+    else diffrax's `diffeqsolve` with `options` (`inner`, `max_steps`, `adjoint`,
+    `directions`)."""
+    inner = options["inner"]
     if conditions is None and span is None and supports(inner):
-        return _Segment(
-            *solve_erk(inner, model.vector_field, y0, ts, controls, max_steps=max_steps)
+        segment = solve_erk(
+            inner, model.vector_field, y0, ts, controls, max_steps=options["max_steps"]
         )
-    return _diffeqsolve(
-        model,
-        y0,
-        ts,
-        controls,
-        span,
-        conditions,
-        inner=inner,
-        max_steps=max_steps,
-        adjoint=adjoint,
-        directions=directions,
-    )
+        return _Segment(*segment)
+    return _diffeqsolve(model, y0, ts, controls, span, conditions, **options)
 
 
 @_diffeqsolve_any_order.def_jvp

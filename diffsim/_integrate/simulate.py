@@ -23,6 +23,7 @@ from .._validate import (
     nonfinite_leaves,
     once,
     probe_indices,
+    to_device,
 )
 from .families import solve_of, SolveRequest
 from .time_grid import check_ts
@@ -151,8 +152,7 @@ def simulate(
     # The host copy of a concrete ts plans the fixed steps: under jit, jnp.asarray of a NumPy
     # array is already a traced value.
     host_ts = ts if is_traced(ts) else np.asarray(ts)
-    # device_put, not jnp.asarray: the latter compiles a small program for a NumPy array
-    ts = ts if is_traced(ts) or isinstance(ts, jax.Array) else jax.device_put(host_ts)
+    ts = ts if is_traced(ts) or isinstance(ts, jax.Array) else to_device(host_ts)
     y0 = jax.tree.map(as_state_leaf, as_state(y0))
     dtype = real_dtype(y0)
     _check_finite_inputs(model, y0)
@@ -161,7 +161,7 @@ def simulate(
     times = ts.astype(dtype)
     # the start time for the trace-time checks: taken on the host when ts is concrete (indexing
     # a device array would compile two small programs before the solve's own)
-    t0 = times[0] if is_traced(ts) else jax.device_put(np.asarray(np.asarray(host_ts)[0], dtype))
+    t0 = times[0] if is_traced(ts) else to_device(np.asarray(host_ts)[0], dtype)
     once(_check_state, model, y0, t0)
 
     _check_noise(model, solver, key)

@@ -15,14 +15,13 @@ Invariants:
 
 import dataclasses
 import math
-from collections import OrderedDict
 
 import equinox as eqx
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._validate import check_static_count
+from .._validate import Bounded, check_static_count
 from .axes import Axes
 from .members import MemberOutputs, MemberSpec
 
@@ -142,8 +141,7 @@ class ChunkRunner:
         }
 
 
-_PROGRAMS: OrderedDict = OrderedDict()  # program key -> compiled chunk function
-_MAX_PROGRAMS = 16
+_PROGRAMS = Bounded(16)  # program key -> compiled chunk function
 
 
 def _members_program(spec: MemberSpec):
@@ -157,8 +155,6 @@ def _members_program(spec: MemberSpec):
         return _program_for(spec)
     if program is None:
         program = _PROGRAMS[key] = _program_for(spec)
-        while len(_PROGRAMS) > _MAX_PROGRAMS:
-            _PROGRAMS.popitem(last=False)
     return program
 
 

@@ -34,7 +34,16 @@ from .._parameter import parameter_constraints
 from .._results import RESULTS
 from .._solver import AbstractSolver
 from .._solver.base import check_solver
-from .._validate import any_traced, as_state, check_key, check_parameter_value, check_static_count
+from .._validate import (
+    any_traced,
+    as_state,
+    Bounded,
+    check_key,
+    check_parameter_value,
+    check_static_count,
+    HostArray,
+    to_device,
+)
 from . import store as _store
 from .axes import Axes
 from .reduce import name_outputs, resolve_reduce
@@ -110,7 +119,7 @@ class MemberSpec:
             y0_structure=y0_structure,
             dtype=dtype,
             # a jax array: closed over, it stays concrete inside the traced member function
-            ts=ts if any_traced(ts) else jax.device_put(np.asarray(ts)),
+            ts=to_device(ts) if not any_traced(ts) else ts,
             solver=solver,
             dt=dt,
             reduce=reduce_fn,
@@ -217,7 +226,6 @@ class MemberSpec:
     def program_key(self) -> tuple:
         """What decides the compiled program apart from `dynamic()` (hashable): equal keys can
         share one program."""
-        ts = np.asarray(self.ts)
         shape_of = lambda x: (tuple(np.shape(x)), str(jnp.result_type(x)))  # noqa: E731
         return (
             self.model if self.is_factory else None,  # a model function, by identity
@@ -227,7 +235,7 @@ class MemberSpec:
             shape_of(self.flat_y0),
             self.y0_structure,
             str(self.dtype),
-            (ts.shape, ts.dtype.str, ts.tobytes()),
+            HostArray(self.ts),
             self.dt,
             self.reduce,
             self.key is None,
@@ -257,8 +265,6 @@ class MemberSpec:
             shapes = jax.eval_shape(self.member, values, index)
             if key is not None:
                 _OUTPUT_SHAPES[key] = shapes
-                while len(_OUTPUT_SHAPES) > 64:
-                    _OUTPUT_SHAPES.pop(next(iter(_OUTPUT_SHAPES)))
         for name in set(shapes.outputs) & set(PER_MEMBER):
             raise ValueError(
                 f"the reduce output {name!r} has the name of a per-member variable of every "
@@ -372,7 +378,7 @@ def _initial_state(y0, axes: Axes, whole: bool, components: dict):
     return flat, _unravel_as(unravel, flat.dtype), flat.dtype, structure
 
 
-_OUTPUT_SHAPES: dict = {}  # (program key, dynamic structure and shapes) -> outputs' shapes
+_OUTPUT_SHAPES = Bounded(64)  # (program key, dynamic structure and shapes) -> outputs' shapes
 
 
 def _abstract(x):
