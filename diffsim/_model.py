@@ -23,11 +23,13 @@ class AbstractODE(eqx.Module):
     """A first-order system dy/dt = f(t, y).
 
     Subclasses implement `vector_field`. Optional hooks: `state_names` (labels of the components of
-    a flat state), `state_shape()` (the expected shape of an array state, checked by `simulate`),
-    `energy(y)` and other invariants.
+    a flat state), `positive_state` (every component stays positive: populations, concentrations;
+    `ds.fit` then fits initial states in log space), `state_shape()` (the expected shape of an
+    array state, checked by `simulate`), `energy(y)` and other invariants.
     """
 
     state_names: ClassVar[tuple[str, ...] | None] = None
+    positive_state: ClassVar[bool] = False
 
     def __check_init__(self):
         check_parameters(self)

@@ -22,6 +22,7 @@ class LotkaVolterra(ds.AbstractODE):
     delta: Array = ds.parameter(0.026, positive=True, ndim=0)
 
     state_names = ("prey", "predator")
+    positive_state = True
 
     def vector_field(self, t, y, args=None):
         u, v = y[0], y[1]
@@ -46,6 +47,7 @@ class SIR(ds.AbstractODE):
     population: Array = ds.parameter(1000.0, positive=True, ndim=0)
 
     state_names = ("S", "I", "R")
+    positive_state = True
 
     def vector_field(self, t, y, args=None):
         s, i = y[0], y[1]
@@ -69,6 +71,7 @@ class SEIR(ds.AbstractODE):
     population: Array = ds.parameter(1000.0, positive=True, ndim=0)
 
     state_names = ("S", "E", "I", "R")
+    positive_state = True
 
     def vector_field(self, t, y, args=None):
         s, e, i = y[0], y[1], y[2]

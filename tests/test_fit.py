@@ -1,5 +1,6 @@
 """ds.fit, ds.profile, ds.refit: recovery of known parameters, honest uncertainties, errors."""
 
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jaxtyping import Array
 
 import diffsim as ds
 import models
@@ -239,7 +241,13 @@ def test_multiple_starts_escape_a_wrong_frequency():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)
         single = ds.fit(guess, Y0, (ts, values), **options)
-    several = ds.fit(guess, Y0, (ts, values), **options, starts=16, key=jax.random.key(0))
+    with pytest.warns(ds.FitWarning, match=r"the given guess alone stops at a local optimum"):
+        several = ds.fit(guess, Y0, (ts, values), **options, starts=16, key=jax.random.key(0))
+    # the single start says what it checked: a local optimum from one start
+    assert "local optimum (one start" in single.status
+    reached = several.starts_reached
+    assert reached == int(np.sum(several.starts["loss"] <= several.loss * (1 + 1e-6)))
+    assert 1 <= reached < 16 and f"{reached} of 16 starts reached" in several.summary()
     assert abs(single.params["omega"] - 3.0) > 0.1
     assert abs(several.params["omega"] - 3.0) < 3 * several.stderr["omega"]
     assert several.starts["loss"].shape == (16,)
@@ -247,7 +255,7 @@ def test_multiple_starts_escape_a_wrong_frequency():
     assert several.loss < 0.05 * single.loss
 
 
-def test_multiple_shooting_fits_lorenz_where_single_shooting_fails():
+def test_shooting_and_the_growing_horizon_fit_lorenz_where_one_stage_fails():
     truth = models.Lorenz()
     y0 = jnp.array([-8.0, 7.0, 27.0])
     ts = np.linspace(0.0, 2.0, 101)
@@ -257,11 +265,15 @@ def test_multiple_shooting_fits_lorenz_where_single_shooting_fails():
     options = dict(params=["sigma", "rho", "beta"], initial_state=True, solver=ds.RK4(), dt=0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)
-        single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options)
+        single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, horizon=1)
+    default = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options)
     shooting = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, segments=10)
-    # The noise is 0.5: a good fit leaves residual variance ≈ 0.25; single shooting does not.
+    # The noise is 0.5: a good fit leaves residual variance ≈ 0.25; single shooting of the
+    # whole window at once does not, the default's growing horizon (first half, then all) does.
     assert single.noise_variance > 10
+    assert default.noise_variance == pytest.approx(0.25, rel=0.25)
     assert shooting.noise_variance == pytest.approx(0.25, rel=0.25)
+    assert default.loss == pytest.approx(shooting.loss, rel=1e-6)
     for name, value in (("sigma", 10.0), ("rho", 28.0), ("beta", 8 / 3)):
         assert abs(shooting.params[name] - value) < 3 * shooting.stderr[name], shooting.summary()
     assert shooting.shooting["segments"] == 10 and shooting.converged
@@ -428,3 +440,88 @@ def test_student_t_quantile_matches_scipy(dof):
     for level in (0.68, 0.95, 0.99):
         assert quantile(level, dof) == pytest.approx(stats.t.ppf(0.5 + level / 2, dof), rel=1e-9)
     assert quantile(0.95, None) == pytest.approx(stats.norm.ppf(0.975), rel=1e-12)
+
+
+def _assembled(model, y0, data, **options):
+    """What ds.fit would optimise for these arguments (its checked, assembled setup)."""
+    from diffsim._fit.setup import assemble, FitSpec
+
+    defaults = {
+        name: p.default for name, p in inspect.signature(ds.fit).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }  # fmt: skip
+    return assemble(FitSpec(model=model, y0=y0, data=data, **{**defaults, **options}))
+
+
+class _Decay(ds.AbstractODE):
+    """dy/dt = −k y: the rate's likelihood is skewed (long upper tail) on sparse data."""
+
+    rate: Array = ds.parameter(1.0, positive=True, ndim=0)
+
+    def vector_field(self, t, y, args=None):
+        return -self.rate * y
+
+
+def test_intervals_of_positive_rates_are_computed_in_log_space_and_follow_the_profile():
+    ts = np.array([0.0, 2.0, 4.0, 6.0, 8.0])
+    values = np.exp(-ts) + 0.03 * np.random.default_rng(1).standard_normal(ts.size)
+    result = ds.fit(
+        _Decay(rate=0.5), jnp.array([1.0]), (ts, values[:, None]), params=["rate"],
+        solver=ds.RK4(), dt=0.01, noise=0.03,
+    )  # fmt: skip
+    assert result.interval_space("rate") == "log"
+    low, high = result.confidence_intervals["rate"]
+    estimate, se = result.params["rate"], result.stderr["rate"]
+    q = 1.959963984540054  # noise given: the normal quantile
+    assert low == pytest.approx(estimate * np.exp(-q * se / estimate), rel=1e-12)
+    assert high == pytest.approx(estimate * np.exp(q * se / estimate), rel=1e-12)
+    # against the likelihood's own (profile) interval, the log-space ends are the closer ones
+    profile_low, profile_high = ds.profile(result, "rate", points=41, span=6).interval
+    assert abs(low - profile_low) < abs(estimate - q * se - profile_low)
+    assert abs(high - profile_high) < abs(estimate + q * se - profile_high)
+
+
+def test_positive_initial_states_are_fitted_in_log_space_by_default():
+    data = ds.Data.from_csv(LYNX_HARE, time="year")
+    options = dict(params=["alpha"], initial_state=True, solver=ds.RK4(), dt=0.05)
+    model = models.LotkaVolterra()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ds.FitWarning)
+        by_loss = ds.fit(model, jnp.array([30.0, 4.0]), data, loss="log", **options)
+    setup = _assembled(model, jnp.array([30.0, 4.0]), data, loss="squared", **options)
+    # loss="log" compares the state itself with positive data; LotkaVolterra declares its
+    # state positive: both put the initial states in log space
+    assert [by_loss.interval_space(n) for n in ("y0[prey]", "y0[predator]")] == ["log"] * 2
+    assert setup.problem.layout.kinds[1:] == ("log", "log")
+    assert all(by_loss.confidence_intervals[n][0] > 0 for n in by_loss.names)
+    # a state not declared positive stays unbounded under a squared loss
+    pendulum = _assembled(
+        models.DampedPendulum(), Y0, (TS, _noisy(0)), params=["length"], initial_state=[0],
+        observe=angle, solver=ds.RK4(), dt=0.01,
+    )  # fmt: skip
+    assert pendulum.problem.layout.kinds == ("log", "identity")
+
+
+def test_the_default_fit_is_deterministic_and_a_misfit_is_not_converged():
+    values = _noisy(3)
+    first, second = (_fit_pendulum(values) for _ in range(2))
+    assert first.params == second.params and first.loss == second.loss
+    # the noise given ten times too small: the optimiser stops, but the loss is far above what
+    # that noise explains, so the result does not say converged
+    with pytest.warns(ds.FitWarning, match="far above what the given noise explains"):
+        claimed = _fit_pendulum(values, noise=NOISE / 10)
+    assert not claimed.converged and "NOT converged" in claimed.status
+    honest = _fit_pendulum(values, noise=NOISE)
+    assert honest.converged
+
+
+def test_starts_given_as_guesses_are_checked_and_each_reported():
+    values = _noisy(4)
+    guesses = np.array([[0.8, 0.1], [1.5, 0.4], [1.2, 0.2]])
+    result = _fit_pendulum(values, starts=guesses)
+    assert result.starts["loss"].shape == (3,) and result.starts["evaluations"].shape == (3,)
+    np.testing.assert_allclose(result.starts["loss"], result.loss, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"shape \(starts, 2\).*\['length', 'damping'\]"):
+        _fit_pendulum(values, starts=guesses[:, :1])
+    with pytest.raises(ValueError, match=r"starts\[0\] puts damping = -0.1 outside its bounds"):
+        _fit_pendulum(values, starts=guesses * np.array([1.0, -1.0]))

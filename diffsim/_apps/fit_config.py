@@ -15,6 +15,7 @@ method = "lm"                            # lm | gauss-newton | bfgs
 loss = "log"                             # squared | log
 segments = 1                             # multiple shooting windows
 starts = 1                               # multiple starts (seeded by `seed`)
+horizon = 2                              # growing-horizon stages (1: the whole record at once)
 seed = 0
 noise = 0.1                              # optional: known noise standard deviation
 t0 = 1900.0                              # optional: time of y0 (default: first data time)
@@ -58,6 +59,7 @@ _KEYS = {
     "loss",
     "segments",
     "starts",
+    "horizon",
     "seed",
     "noise",
     "t0",
@@ -84,6 +86,7 @@ _KINDS = {
     "loss": TEXT,
     "segments": INTEGER,
     "starts": INTEGER,
+    "horizon": INTEGER,
     "seed": INTEGER,
     "noise": (NUMBER, NUMBERS),
     "t0": NUMBER,
@@ -171,6 +174,7 @@ def fit_arguments(config: dict) -> dict:
         loss=config.get("loss", "squared"),
         segments=config.get("segments", 1),
         starts=config.get("starts", 1),
+        horizon=config.get("horizon", 2),
         key=jax.random.key(config.get("seed", 0)),
         noise=config.get("noise"),
         t0=config.get("t0"),

@@ -21,7 +21,7 @@ from .problem import (
     Problem,
     windows,
 )
-from .result import FitResult, FitSettings
+from .result import BEATEN, FitResult, FitSettings
 from .setup import assemble, FitSetup, FitSpec, with_jacobian
 from .uncertainty import analyse
 
@@ -39,7 +39,8 @@ def fit(
     method="lm",
     loss: str = "squared",
     segments: int = 1,
-    starts: int = 1,
+    starts=1,
+    horizon: int = 2,
     bounds: dict | None = None,
     noise=None,
     weights=None,
@@ -74,7 +75,8 @@ def fit(
       `model -> events` when they depend on fitted parameters (e.g. a restitution
       coefficient: `events=lambda m: m.impacts(max_events=20)`). Derivatives flow through the
       event times. Terminal events are refused: data after the stop would be unexplained.
-    - `method`: `"lm"` (`optimistix.LevenbergMarquardt`, default), `"gauss-newton"`,
+    - `method`: `"lm"` (Levenberg–Marquardt with MINPACK's scaling of the unknowns on
+      optimistix's trust region, default), `"gauss-newton"`,
       `"bfgs"` (minimises the loss), or an optax `GradientTransformation` run for
       `max_iterations` steps (default 256 for optimistix, 2000 for optax).
     - `loss`: `"squared"` (residuals `(model − data)`) or `"log"` (residuals of logarithms, for
@@ -87,6 +89,14 @@ def fit(
     - `starts`: fit from this many initial guesses at once (`vmap`): the given guess and
       `starts − 1` drawn with `key` (log-uniform within a factor of 10 for positive parameters,
       uniform within two-sided bounds, ±max(|guess|, 1) otherwise); the lowest loss is kept.
+      Or an array `(starts, unknowns)` of the guesses themselves (natural units, columns in
+      the order of `FitResult.names`), which then replace the model's and y0's.
+    - `horizon`: fit a growing share of the record in this many stages, each started from the
+      last one's optimum: first the data up to 1/horizon of the time span, then 2/horizon, …,
+      then all of it (default 2; 1 fits the whole record at once). Long records of oscillating
+      systems have a local optimum for every wrong phase; their first part has fewer, so a
+      neutral guess reaches the right basin far more often. It costs the earlier stages'
+      iterations (often fewer than the whole fit takes) and no extra compilation.
     - `bounds`: dict name → `(lower, upper)` (`None` for an open side) for parameters and
       initial-state components (`"y0[prey]"`); the optimiser works through log / logit
       transforms, so bounds hold strictly. Parameters declared `positive` / `nonnegative` get
@@ -117,6 +127,7 @@ def fit(
         loss=loss,
         segments=segments,
         starts=starts,
+        horizon=horizon,
         bounds=bounds,
         noise=noise,
         weights=weights,
@@ -131,11 +142,15 @@ def fit(
         events=events,
     )
     setup = assemble(spec)
-    p0s = _start_points(setup.problem, setup.guess, spec.starts, spec.key)
+    if setup.starts is not None:
+        p0s = jax.device_put(setup.starts.astype(setup.guess.dtype))
+    else:
+        p0s = _start_points(setup.problem, setup.guess, spec.starts, spec.key)
     shooting, solves = None, 0
     if spec.segments > 1:
         p0s, shooting, solves = _shooting_stage(setup, spec, p0s)
-    final = _fetch(_run(setup.problem, p0s, setup.optimizer, evaluate=True))
+    horizon = spec.horizon if shooting is None else 1  # shooting has cut the record already
+    final = _fetch(_run(setup.problem, p0s, setup.optimizer, evaluate=True, horizon=horizon))
     if shooting is None:
         _check_guess(final.optimum, setup.problem)
     solves += int(np.sum(final.optimum.evaluations))
@@ -174,15 +189,31 @@ def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
 
 
 @eqx.filter_jit
-def _run(problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool) -> _Stage:
+def _run(
+    problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool, horizon: int = 1
+) -> _Stage:
     """Optimise from each start (natural values, one per row); with `evaluate`, also evaluate
     the residual Jacobian and the predictions at the best optimum, in the same program (one
-    compilation for the whole fit instead of one per stage and small eager operations)."""
+    compilation for the whole fit instead of one per stage and small eager operations).
+    `horizon` > 1 fits a growing share of the data first (`_horizon_masks`)."""
+    masks = _horizon_masks(problem, horizon)
 
     def one(p0):
+        def stage(u, mask):
+            staged = dataclasses.replace(problem, scale=problem.scale * mask[:, None])
+            residuals = lambda u: staged.residuals(staged.natural(u))  # noqa: E731
+            optimum = opt.optimize(residuals, u, optimizer, problem.num_residuals)
+            # a stage that fails (a simulation blew up) hands on its own start
+            usable = jnp.all(jnp.isfinite(optimum.u)) & jnp.isfinite(optimum.loss)
+            return jnp.where(usable, optimum.u, u), optimum
+
         u0 = problem.unconstrained(p0)
-        residuals = lambda u: problem.residuals(problem.natural(u))  # noqa: E731
-        optimum = opt.optimize(residuals, u0, optimizer, problem.num_residuals)
+        if masks is None:
+            _, optimum = stage(u0, jnp.ones(problem.scale.shape[0], problem.scale.dtype))
+        else:  # one trace of the optimiser, scanned over the stages
+            _, optima = jax.lax.scan(stage, u0, masks)
+            optimum = jax.tree.map(lambda x: x[-1], optima)
+            optimum = eqx.tree_at(lambda o: o.evaluations, optimum, jnp.sum(optima.evaluations))
         return _Stage(optimum, problem.natural(optimum.u))
 
     if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
@@ -205,6 +236,26 @@ def _run(problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool) -> 
         model=model,
         y0=y0.reshape(problem.y0_shape),
     )
+
+
+def _horizon_masks(problem: Problem, horizon: int):
+    """The data each stage of a growing horizon fits, (stages, times) of 0/1: stage j of
+    `horizon` the observation times up to the fraction (j + 1)/horizon of the span, the last
+    stage all of them; None for a single stage.
+
+    Why: the loss of a long record of an oscillating or otherwise history-dependent system has
+    a local optimum for every wrong phase or period, and a neutral guess lands in one. The first
+    part of the record constrains the dynamics with fewer such optima; its optimum then starts
+    the fit of the whole record close to the right basin. A careful scientist fits a growing
+    window by hand; here it is one scanned loop in the same compiled program."""
+    if horizon <= 1:
+        return None
+    times = np.asarray(problem.ts[problem.first_observed :])
+    span = times[-1] - times[0]
+    ends = [times[0] + span * (j + 1) / horizon for j in range(horizon)]
+    masks = np.stack([times <= end + 1e-9 * span for end in ends]).astype(float)
+    masks[-1] = 1.0
+    return jnp.asarray(masks, problem.scale.dtype)
 
 
 def _fetch(stage: _Stage) -> _Stage:
@@ -338,7 +389,16 @@ def _result(
     jacobian, predictions, residuals = final.jacobian, final.predictions, final.residuals
     loss = float(final.loss)
     code = FIT_RESULTS(int(optimum.code[best]))
-    converged = code == FIT_RESULTS.converged
+    p_np = np.asarray(p, np.float64)
+    bound_notes = _at_bounds(problem, p_np, np.asarray(setup.guess))
+    misfit = _misfit(loss, setup) if code == FIT_RESULTS.converged else None
+    start_notes, reached = _start_agreement(np.asarray(optimum.loss), best)
+    converged = code == FIT_RESULTS.converged and not bound_notes and misfit is None
+    reason = code.message
+    if code == FIT_RESULTS.converged and bound_notes:
+        reason = "the optimiser stopped, but on a bound: not an optimum of the model"
+    elif misfit is not None:
+        reason = "the optimiser stopped, but " + misfit
     stats = analyse(
         jacobian,
         p,
@@ -347,16 +407,20 @@ def _result(
         noise_known=setup.noise_known,
         level=setup.level,
         names=names,
-        at_optimum=converged,
+        at_optimum=code == FIT_RESULTS.converged,
+        kinds=problem.layout.kinds,
+        lower=np.asarray(problem.lower),
+        upper=np.asarray(problem.upper),
     )
     model, y0 = final.model, final.y0
     predictions = np.asarray(predictions)
     residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
     p_all = np.asarray(final.p)
-    p_np = np.asarray(p, np.float64)
-    notes = _at_bounds(problem, p_np, np.asarray(setup.guess)) + stats.notes
-    if not converged:
+    notes = bound_notes + start_notes + stats.notes
+    if code != FIT_RESULTS.converged:
         notes.insert(0, f"the fit did not converge: {code.message}")
+    elif misfit is not None:
+        notes.insert(0, f"{misfit}: a local optimum, or a model that cannot follow the data")
     if shooting is not None and not shooting["converged"]:
         notes.insert(
             0,
@@ -380,7 +444,7 @@ def _result(
         dof=stats.dof,
         num_observed=setup.num_observed,
         converged=converged,
-        reason=code.message,
+        reason=reason,
         iterations=int(optimum.steps[best]),
         num_solves=solves,
         loss=loss,
@@ -390,9 +454,11 @@ def _result(
         starts=dict(
             loss=np.asarray(optimum.loss),
             converged=np.asarray(optimum.code) == FIT_RESULTS.converged,
+            evaluations=np.asarray(optimum.evaluations),
             params={n: p_all[:, i] for i, n in enumerate(names)},
         ),
         best_start=best,
+        starts_reached=reached,
         shooting=shooting,
         warnings=tuple(notes),
         method=setup.method,
@@ -407,6 +473,47 @@ def _result(
             noise_known=setup.noise_known,
             log_loss=problem.log_loss,
         ),
+    )
+
+
+def _start_agreement(losses: np.ndarray, best: int) -> tuple[list[str], int]:
+    """How many starts reached the kept optimum (loss within `BEATEN`, relatively), and a note
+    when the landscape showed several optima: only one start of many found the lowest, or the
+    given guess (start 0) on its own stopped at a higher one."""
+    lowest = losses[best]
+    reached = np.isfinite(losses) & (losses <= lowest + BEATEN * abs(lowest))
+    count, total = int(np.sum(reached)), losses.size
+    notes = []
+    if total == 1:
+        return notes, count
+    if not reached[0]:
+        notes.append(
+            f"the given guess alone stops at a local optimum (loss {losses[0]:.6g}); "
+            f"{count} of {total} starts reached the kept loss {lowest:.6g}"
+        )
+    elif count == 1 and total >= 4:
+        notes.append(
+            f"only 1 of {total} starts reached the kept loss {lowest:.6g}: the loss has several "
+            "optima and a lower one may exist; fit with more starts to check"
+        )
+    return notes, count
+
+
+def _misfit(loss: float, setup: FitSetup) -> str | None:
+    """With the noise given, a loss far above what that noise explains (χ² with the degrees of
+    freedom left: p < 1e-6 by the Wilson–Hilferty approximation) says the optimum is not the
+    model's best account of the data; without it no such check is possible."""
+    dof = setup.num_observed - setup.problem.layout.size
+    if not setup.noise_known or dof < 1:
+        return None
+    ratio = loss / dof
+    spread = 2.0 / (9.0 * dof)
+    z = (ratio ** (1.0 / 3.0) - (1.0 - spread)) / np.sqrt(spread)
+    if z < 4.75:  # the upper normal tail beyond 4.75: p ≈ 1e-6
+        return None
+    return (
+        f"the loss {loss:.6g} is far above what the given noise explains ({dof} degrees of "
+        f"freedom expect about {dof})"
     )
 
 

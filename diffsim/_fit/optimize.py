@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import optimistix as optx
 from jax import lax
 
+from .lm import ScaledLevenbergMarquardt
+
 METHODS = ("lm", "gauss-newton", "bfgs")
 
 
@@ -97,7 +99,7 @@ def optimize(residual_fn, u0, optimizer: Optimizer, num_residuals: int | None = 
 def _solver(optimizer: Optimizer):
     rtol, atol = optimizer.rtol, optimizer.atol
     if optimizer.method == "lm":
-        return optx.LevenbergMarquardt(rtol=rtol, atol=atol), True
+        return ScaledLevenbergMarquardt(rtol=rtol, atol=atol), True
     if optimizer.method == "gauss-newton":
         return optx.GaussNewton(rtol=rtol, atol=atol), True
     if optimizer.method == "bfgs":

@@ -51,9 +51,23 @@ def to_natural(u, lower, upper, kinds):
     placeholders where a kind does not use them, so no inf meets a derivative)."""
     kinds = np.asarray(kinds + (IDENTITY,) * (u.shape[-1] - len(kinds)))
     lower, upper = _pad(lower, u), _pad(upper, u)
+    # Bounds hold strictly in floating point: u is held where the distance to the bound it
+    # approaches would fall below the bound's own rounding (a data set that pulls an unknown
+    # beyond its bound drives u towards infinity). Beyond that the unknown stops moving.
+    info = jnp.finfo(u.dtype)
+    near = jnp.log(info.eps) + 2.0
+    one_sided = jnp.log(
+        jnp.maximum(info.eps * jnp.abs(jnp.where(kinds == UPPER, upper, lower)), info.tiny)
+    )
+    u_one = jnp.maximum(u, one_sided + 2.0)
+    u_two = jnp.clip(u, near, -near)
     return jnp.select(
         [kinds == LOWER, kinds == UPPER, kinds == BOTH],
-        [lower + jnp.exp(u), upper - jnp.exp(u), lower + (upper - lower) * jax.nn.sigmoid(u)],
+        [
+            lower + jnp.exp(u_one),
+            upper - jnp.exp(u_one),
+            lower + (upper - lower) * jax.nn.sigmoid(u_two),
+        ],
         u,
     )
 

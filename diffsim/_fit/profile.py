@@ -1,6 +1,7 @@
 """`ds.profile`: profile-likelihood confidence intervals for one fitted unknown."""
 
 import dataclasses
+import warnings
 
 import equinox as eqx
 import jax
@@ -9,8 +10,9 @@ import numpy as np
 
 from .._validate import check_real, check_static_count
 from . import optimize as opt
+from .data import FitWarning
 from .optimize import FIT_RESULTS
-from .result import FitResult
+from .result import BEATEN, FitResult
 from .uncertainty import chi2_quantile_1dof
 
 
@@ -110,6 +112,15 @@ def profile(
     optimum = jax.device_get(_profile_run(problem, p_hat, grid, j, result._settings.optimizer))
     loss = np.asarray(optimum.loss, np.float64)
     best = min(result.loss, float(np.nanmin(loss)))
+    if best < result.loss * (1 - BEATEN):
+        at = values[int(np.nanargmin(loss))]
+        warnings.warn(
+            f"the profile of {name} reached loss {best:.6g} at {name} = {at:.6g}, below the fit's "
+            f"loss {result.loss:.6g}: the fit stopped at a local optimum. Fit again from there "
+            "(or with more starts); the profile is measured against the lower loss",
+            FitWarning,
+            stacklevel=2,
+        )
     n = result.num_observed
     if result._settings.noise_known:
         deviance = loss - best

@@ -11,7 +11,7 @@ from .._validate import check_real
 from . import optimize as opt
 from .optimize import FIT_RESULTS
 from .result import FitResult
-from .uncertainty import quantile
+from .uncertainty import quantile, wald_interval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +19,8 @@ class FitBatch:
     """Fits of one problem to a batch of datasets; every array has a leading `replicates` axis.
 
     - `params`, `stderr`: dict name → array; `intervals`: dict name → array (replicates, 2) of
-      Wald intervals at `level`; `converged`, `loss`: per replicate.
+      Wald intervals at `level` (in the transformed space of bounded unknowns, mapped back);
+      `converged`, `loss`: per replicate.
     """
 
     names: tuple[str, ...]
@@ -102,6 +103,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     stderr = np.full_like(p, np.nan)
     noise_known = result._settings.noise_known
     lower, upper = np.full_like(p, np.nan), np.full_like(p, np.nan)
+    kinds = problem.layout.kinds
     for r in range(p.shape[0]):  # small k x k algebra per replicate, in float64
         dof = int(counts[r]) - p.shape[1]
         s2 = 1.0 if noise_known else (loss[r] / dof if dof > 0 else np.nan)
@@ -109,7 +111,9 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
         with np.errstate(invalid="ignore"):
             stderr[r] = np.sqrt(s2 * np.diag(np.linalg.pinv(information)))
         q = quantile(result.level, None if noise_known else dof)
-        lower[r], upper[r] = p[r] - q * stderr[r], p[r] + q * stderr[r]
+        lower[r], upper[r] = wald_interval(
+            p[r], stderr[r], q, kinds, np.asarray(problem.lower), np.asarray(problem.upper)
+        )
     names = result.names
     return FitBatch(
         names=names,

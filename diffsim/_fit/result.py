@@ -15,6 +15,10 @@ from .plot import fit as _plot_fit
 from .problem import Problem
 from .uncertainty import laplace_covariance
 
+# Two optima whose losses differ by more than this, relatively, are different optima (the
+# optimiser's own tolerances put repeated fits to one optimum within ~1e-10 of each other)
+BEATEN = 1e-6
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FitSettings:
@@ -36,19 +40,25 @@ class FitResult:
     - `model`, `y0`: the fitted model and initial state (at `t0`), ready for `ds.simulate`.
     - `params`: dict name → fitted value of each unknown (parameters, then initial-state
       components named `y0[<state name>]`); `stderr`: their standard errors (from
-      `covariance`); `confidence_intervals`: name → (lower, upper) Wald intervals at `level`.
+      `covariance`); `confidence_intervals`: name → (lower, upper) Wald intervals at `level`,
+      computed in the space each unknown is fitted in and mapped back (log or logit for a
+      bounded one, so a positive rate never gets a negative end; `interval_space(name)`).
     - `covariance`: Gauss–Newton / Fisher covariance s²(JᵀJ)⁻¹, shape (k, k) in the order of
       `names`; `covariance_laplace`: s²H⁻¹ from the Hessian of the loss (computed when
       first read); `correlation`.
     - `noise_variance`: s² (1 when the noise was given, else the residual variance estimate);
       `num_observed`: the values that count (not missing, weight > 0); `dof`: that − unknowns.
-    - `converged`, `reason`, `iterations`, `num_solves` (simulations run, all starts and
+    - `converged`: the optimiser met its tolerances, not on a bound, and (noise given) with a
+      loss that noise explains; `status` says it in words with how many starts agreed.
+      `reason`, `iterations`, `num_solves` (simulations run, all starts and
       stages), `loss` (sum of squared weighted residuals), `loss_history` (best loss after each
       iteration of the chosen start's final stage).
     - `residuals`: weighted residuals shaped like the data values (NaN where data are missing);
       `predictions`: the fitted model's observables at the data times.
-    - `starts`: dict with `loss`, `converged` and `params` (name → array) of every start;
-      `best_start`: the index kept. `shooting`: the multiple-shooting stage's summary or None.
+    - `starts`: dict with `loss`, `converged`, `evaluations` (simulations) and `params`
+      (name → array) of every start;
+      `best_start`: the index kept; `starts_reached`: how many starts reached its loss
+      (within 1e-6 relative). `shooting`: the multiple-shooting stage's summary or None.
     - `warnings`: identifiability and other notes (also issued as Python warnings).
     """
 
@@ -74,6 +84,7 @@ class FitResult:
     predictions: np.ndarray
     starts: dict
     best_start: int
+    starts_reached: int
     shooting: dict | None
     warnings: tuple[str, ...]
     method: str
@@ -98,13 +109,35 @@ class FitResult:
             self._cache["laplace"] = covariance
         return self._cache["laplace"]
 
+    @property
+    def status(self) -> str:
+        """What was checked, in words: whether the optimiser converged, and how many starts
+        reached the kept optimum (one start shows a local optimum only)."""
+        if not self.converged:
+            return f"NOT converged ({self.reason})"
+        total = len(self.starts["loss"])
+        if total == 1:
+            return "converged to a local optimum (one start; starts=8 checks for lower ones)"
+        lower = total - self.starts_reached
+        if lower and self.best_start != 0:
+            return (
+                f"converged; the given guess alone stops higher, and {self.starts_reached} of "
+                f"{total} starts reached this optimum"
+            )
+        return f"converged; {self.starts_reached} of {total} starts reached this optimum"
+
+    def interval_space(self, name: str) -> str:
+        """Where the Wald interval of `name` is computed: "linear" (unbounded), "log" (one
+        bound: symmetric in log(p − lower) or log(upper − p)) or "logit" (two bounds)."""
+        kind = self._problem.layout.kinds[self.names.index(name)]
+        return {"identity": "linear", "log": "log", "upper-log": "log", "logit": "logit"}[kind]
+
     def summary(self) -> str:
         """A text table of the fitted values, standard errors and intervals, with the fit's
         diagnostics and warnings."""
         sigma = "given noise" if self._settings.noise_known else "noise estimated"
         lines = [
-            f"fit of {type(self.model).__name__}: {self.method}, "
-            f"{'converged' if self.converged else 'NOT converged'} ({self.reason})",
+            f"fit of {type(self.model).__name__}: {self.method}, {self.status}",
             f"{self.iterations} iterations, {self.num_solves} simulations, {self.seconds:.2f} s; "
             f"loss {self.loss:.6g} on {self.num_observed} values, dof {self.dof} "
             f"({sigma}, s² = {self.noise_variance:.4g})",
@@ -122,7 +155,7 @@ class FitResult:
                 f"{self.shooting['max_defect']:.2e}, then refined by single shooting"
             )
         percent = f"{100 * self.level:g}%"
-        rows = [["parameter", "value", "std. error", "rel. error", f"{percent} interval"]]
+        rows = [["parameter", "value", "std. error", "rel. error", f"{percent} interval", "in"]]
         for name in self.names:
             value, se = self.params[name], self.stderr[name]
             low, high = self.confidence_intervals[name]
@@ -134,6 +167,7 @@ class FitResult:
                     f"{se:.3g}",
                     f"{100 * relative:.2g}%",
                     f"[{low:.5g}, {high:.5g}]",
+                    self.interval_space(name),
                 ]
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -171,6 +205,8 @@ class FitResult:
                 converged=np.asarray(self.starts["converged"]).tolist(),
             ),
             best_start=self.best_start,
+            starts_reached=self.starts_reached,
+            interval_space={n: self.interval_space(n) for n in self.names},
             shooting=self.shooting,
             warnings=list(self.warnings),
             seconds=self.seconds,

@@ -23,6 +23,7 @@ from .._validate import (
     check_positive_number,
     check_real,
     check_static_count,
+    is_count,
     probe_indices,
 )
 from . import optimize as opt
@@ -53,7 +54,8 @@ class FitSpec:
     method: Any
     loss: str
     segments: int
-    starts: int
+    starts: Any  # a count, or an array (starts, unknowns) of natural guesses
+    horizon: int
     bounds: dict | None
     noise: Any
     weights: Any
@@ -83,6 +85,7 @@ class FitSetup:
     # not yet masked: what refits of new data (with their own missing values) start from
     num_observed: int  # values that count: not missing and of weight > 0
     noise_known: bool  # the noise was given, so s² = 1 rather than estimated
+    starts: np.ndarray | None = None  # (starts, unknowns) natural guesses given as `starts`
 
 
 class _Unknowns(NamedTuple):
@@ -160,6 +163,7 @@ def assemble(spec: FitSpec) -> FitSetup:
         # zero weights count as missing: neither residuals nor degrees of freedom
         num_observed=int(np.sum(observed.scale > 0)),
         noise_known=data.noise is not None,
+        starts=_given_starts(spec.starts, unknowns),
     )
 
 
@@ -174,8 +178,10 @@ def _check_arguments(spec: FitSpec) -> AbstractSolver:
     if spec.loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {spec.loss!r}")
     check_static_count("segments", spec.segments)
-    check_static_count("starts", spec.starts)
+    if is_count(spec.starts) or isinstance(spec.starts, (bool, np.bool_)):
+        check_static_count("starts", spec.starts)
     check_static_count("max_steps", spec.max_steps)
+    check_static_count("horizon", spec.horizon)
     if not 0 < check_real("level", spec.level) < 1:
         raise ValueError(f"level must be in (0, 1), got {spec.level}")
     check_real("continuity_weight", spec.continuity_weight, positive=True)
@@ -236,9 +242,11 @@ def _unknowns(spec: FitSpec, y0) -> _Unknowns:
             guesses.append(entry)
             lows.append(low)
             highs.append(high)
+    positive = _positive_state(spec)
     for i in y0_indices:
         label = f"y0[{state_labels[i]}]"
-        low, high = bounds.get(label, (None, None))
+        default = (0.0, None) if positive and flat_y0[i] > 0 else (None, None)
+        low, high = bounds.get(label, default)
         names.append(label)
         guesses.append(float(flat_y0[i]))
         lows.append(-np.inf if low is None else float(low))
@@ -260,6 +268,44 @@ def _unknowns(spec: FitSpec, y0) -> _Unknowns:
         lower=np.asarray(lows, dtype=np.float64),
         upper=np.asarray(highs, dtype=np.float64),
     )
+
+
+def _given_starts(starts, unknowns: _Unknowns) -> np.ndarray | None:
+    """`starts` given as guesses: a finite array (starts, unknowns) inside the bounds."""
+    if is_count(starts):
+        return None
+    names = unknowns.layout.names
+    try:
+        given = np.asarray(starts, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            "starts must be a count or an array (starts, unknowns) of guesses, got "
+            f"{type(starts).__name__}"
+        ) from error
+    if given.ndim != 2 or given.shape[1] != len(names) or given.shape[0] < 1:
+        raise ValueError(
+            f"starts as guesses must have shape (starts, {len(names)}): one row per start, one "
+            f"column per unknown in the order {list(names)}; got shape {given.shape}"
+        )
+    if not np.all(np.isfinite(given)):
+        raise ValueError("starts holds NaN or inf; give finite guesses")
+    inside = (given > unknowns.lower) & (given < unknowns.upper)
+    if not np.all(inside):
+        row, column = np.argwhere(~inside)[0]
+        raise ValueError(
+            f"starts[{row}] puts {names[column]} = {given[row, column]:g} outside its bounds "
+            f"({unknowns.lower[column]:g}, {unknowns.upper[column]:g})"
+        )
+    return given
+
+
+def _positive_state(spec: FitSpec) -> bool:
+    """Whether fitted initial-state components are positive unless bounded otherwise: the model
+    declares its state positive, or `loss="log"` compares the state itself (no `observe`) with
+    positive data, so a state that is not positive cannot be fitted. Those components are then
+    fitted in log space, as their rates are: a neutral guess several-fold off no longer lets a
+    step cross zero, and the trust region is relative."""
+    return bool(spec.model.positive_state) or (spec.loss == "log" and spec.observe is None)
 
 
 def _observations(spec: FitSpec, data: Data, y0) -> _Observations:

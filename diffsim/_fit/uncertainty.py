@@ -6,8 +6,10 @@ At the optimum p̂ of S(p) = Σ rᵢ(p)² (residuals already divided by the nois
 - Laplace covariance                C = s² H⁻¹,     H = ∇²(S/2) (includes the curvature of r;
   computed when first asked for);
 - s² = 1 when the noise is known, else S(p̂)/(n − k) (n observed values, k fitted unknowns);
-- Wald intervals p̂ ± q·se with q the normal quantile (noise known) or Student's t with n − k
-  degrees of freedom (noise estimated);
+- Wald intervals with q the normal quantile (noise known) or Student's t with n − k degrees of
+  freedom (noise estimated): p̂ ± q·se for an unbounded unknown; for one fitted through a
+  transform u = g(p) (log for one bound, logit for two), g⁻¹(û ± q·se_u) with se_u = |g'(p̂)|·se
+  (the delta method), so the interval respects the bounds and is skewed as the transform is;
 - identifiability: eigenvalues of the scaled information matrix (J·diag|p̂|)ᵀ(J·diag|p̂|),
   relative to the largest; a tiny one is a direction the data do not determine.
 """
@@ -146,7 +148,8 @@ class Uncertainty(NamedTuple):
 
     covariance: np.ndarray  # (k, k) Fisher covariance s² (JᵀJ)⁻¹
     stderr: np.ndarray  # (k,) standard errors, the square roots of its diagonal
-    lower: np.ndarray  # (k,) lower ends of the Wald intervals
+    lower: np.ndarray  # (k,) lower ends of the Wald intervals (in the transformed space where
+    # the unknown is fitted through one, then mapped back)
     upper: np.ndarray  # (k,) upper ends
     correlation: np.ndarray  # (k, k)
     noise_variance: float  # s²: 1 when the noise is known, NaN without degrees of freedom
@@ -155,10 +158,52 @@ class Uncertainty(NamedTuple):
     notes: list[str]  # identifiability and other warnings, in the order they were found
 
 
+def wald_interval(p, stderr, q, kinds, lower, upper) -> tuple[np.ndarray, np.ndarray]:
+    """Wald intervals of natural values `p` with standard errors `stderr`, each computed in the
+    space its transform (`kinds`: "identity", "log", "upper-log", "logit") makes unbounded and
+    mapped back; `lower` / `upper` the bounds (ignored where a kind does not use them)."""
+    p, stderr = np.asarray(p, np.float64), np.asarray(stderr, np.float64)
+    kinds = np.asarray(kinds)
+    lower, upper = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+    low, high = p - q * stderr, p + q * stderr
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        # one bound: u = log(p − lower) (or log(upper − p)), se_u = se / distance
+        for kind, bound, sign in (("log", lower, 1.0), ("upper-log", upper, -1.0)):
+            distance = sign * (p - bound)
+            spread = np.exp(q * stderr / distance)
+            here = kinds == kind
+            ends = (bound + sign * distance / spread, bound + sign * distance * spread)
+            low = np.where(here, np.minimum(*ends), low)
+            high = np.where(here, np.maximum(*ends), high)
+        # two bounds: u = logit(f), f = (p − lower)/(upper − lower), se_u = se / (width·f(1−f))
+        width = upper - lower
+        f = (p - lower) / width
+        u = np.log(f) - np.log1p(-f)
+        se_u = stderr / (width * f * (1 - f))
+        here = kinds == "logit"
+        sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+        low = np.where(here, lower + width * sigmoid(u - q * se_u), low)
+        high = np.where(here, lower + width * sigmoid(u + q * se_u), high)
+    return low, high
+
+
 def analyse(
-    jacobian, p, *, loss, num_observed, noise_known, level, names, at_optimum=True
+    jacobian,
+    p,
+    *,
+    loss,
+    num_observed,
+    noise_known,
+    level,
+    names,
+    at_optimum=True,
+    kinds=None,
+    lower=None,
+    upper=None,
 ) -> Uncertainty:
-    """Fisher covariance, standard errors, intervals and identifiability notes (NumPy)."""
+    """Fisher covariance, standard errors, intervals and identifiability notes (NumPy);
+    `kinds`, `lower`, `upper` (the unknowns' transforms and bounds, default none) set the space
+    each interval is computed in (`wald_interval`)."""
     jacobian = np.asarray(jacobian, np.float64)
     p = np.asarray(p, np.float64)
     k = p.shape[0]
@@ -193,11 +238,14 @@ def analyse(
                 f"{name}: its standard error exceeds its value ({100 * r:.0f}%); the data "
                 "constrain it weakly (see ds.profile for a likelihood-based interval)"
             )
+    if kinds is None:
+        kinds, lower, upper = ("identity",) * k, np.zeros(k), np.zeros(k)
+    low, high = wald_interval(p, stderr, q, kinds, lower, upper)
     return Uncertainty(
         covariance=fisher,
         stderr=stderr,
-        lower=p - q * stderr,
-        upper=p + q * stderr,
+        lower=low,
+        upper=high,
         correlation=correlation(fisher),
         noise_variance=s2,
         dof=dof,
