@@ -31,9 +31,12 @@ atol 1e-10):
                    bad parameters can make a model stiff), returns a large constant residual;
   diffrax + optx   a hand-written `optx.least_squares` with `LevenbergMarquardt(rtol=1e-8,
                    atol=1e-10)`, 256 steps at most, over `diffrax.diffeqsolve` (Tsit5 or Kvaerno5,
-                   `PIDController`, `ForwardMode`), log-parametrised, `jax.jit(jax.vmap(...))` over
-                   all starts in one program; not run for the ball (resets at events would need a
-                   hand-written restart loop around diffrax), nor in the quick run.
+                   `PIDController`, `ForwardMode`, diffrax's default max_steps of 4096 per solve),
+                   log-parametrised, `jax.jit(jax.vmap(...))` over all starts in one program
+                   (under vmap every LM step waits for the slowest start's solve, so a start that
+                   wanders where the model is stiff slows the whole batch); not run for the ball
+                   (resets at events would need a hand-written restart loop around diffrax), nor
+                   in the quick run.
 
 Scoring: the methods' own losses come from different integrators (and differ by ~1e-7 relative at
 these tolerances), so every final estimate is re-scored with one reference: the same residuals
@@ -501,8 +504,9 @@ def _ball_states(problem: Problem, rhs, restitution, y0, method, rtol, atol):
         )
         if solution.status == -1:
             return None
-        count = solution.t.size
-        states[index : index + count] = solution.y.T
+        count = np.asarray(solution.t).size  # scipy returns lists when t_eval is left empty
+        if count:
+            states[index : index + count] = np.asarray(solution.y).T
         index += count
         if solution.status == 0:
             break
@@ -741,7 +745,11 @@ def main(argv=None):
             outcome = run_method(problem, method, starts)
             outcome["losses"] = reference_losses(problem, outcome["estimates"])
             outcomes[name][method] = outcome
-            print(f"  {name}: {method} done in {outcome['seconds']:.1f} s", file=sys.stderr)
+            print(
+                f"  {name}: {method} done in {outcome['seconds']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ds.FitWarning)
             reference = reference_losses(problem, diffsim_reference(problem)[None])[0]
@@ -749,7 +757,11 @@ def main(argv=None):
             np.min(o["losses"][np.isfinite(o["losses"])], initial=np.inf)
             for o in outcomes[name].values()
         ]
-        best_losses[name] = float(min([reference, *finite]))
+        best_losses[name] = best = float(min([reference, *finite]))
+        reached = {
+            m: int(np.sum(o["losses"] <= best * (1 + SUCCESS))) for m, o in outcomes[name].items()
+        }
+        print(f"  {name}: best loss {best:.8g}; successes {reached}", file=sys.stderr, flush=True)
 
     rows, near_rows, totals = [], [], {m: [0, 0, 0] for m in methods}
     describe = []
