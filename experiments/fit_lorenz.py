@@ -6,9 +6,10 @@ poor guess (σ = 5, ρ = 15, β = 1, initial state = the first noisy sample), pl
 with Levenberg–Marquardt ends far from the truth: the loss of a chaotic trajectory is riddled with
 local minima. Multiple shooting (10 windows, window starts as extra unknowns tied together by
 continuity residuals) reaches the truth, then single-shooting refinement gives the final fit and
-its standard errors. (ds.fit's default, a growing horizon that fits the first half of the record
-before the whole, reaches the truth here too; the single-shooting fit below turns it off,
-`horizon=1`, to show the failure it avoids.) The figure shows both fits against the data.
+its standard errors. (ds.fit's default, a screen of 64 points around the guess and a growing
+horizon that fits the first half of the record before the whole, reaches the truth here too; the
+single-shooting fit below turns both off, `screen=0, horizon=1`, to show the failure they avoid.)
+The figure shows both fits against the data.
 
 Run: `python experiments/fit_lorenz.py [--out DIR] [--quick]`
 """
@@ -46,7 +47,7 @@ def run(out_dir="out/fit_lorenz", quick: bool = False) -> dict:
     options = dict(params=list(TRUTH), initial_state=True, solver=ds.RK4(), dt=0.005)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)  # its failure is the point
-        single = ds.fit(guess, jnp.asarray(values[0]), data, **options, horizon=1)
+        single = ds.fit(guess, jnp.asarray(values[0]), data, **options, horizon=1, screen=0)
     shooting = ds.fit(guess, jnp.asarray(values[0]), data, **options, segments=10)
     rows = []
     for label, result in (("single shooting", single), ("multiple shooting (10)", shooting)):

@@ -230,29 +230,44 @@ def test_other_methods_reach_the_same_optimum(pendulum_fit, method):
         assert abs(result.params[name] - pendulum_fit.params[name]) < tolerance, result.summary()
 
 
-def test_multiple_starts_escape_a_wrong_frequency():
+def test_the_screen_and_multiple_starts_escape_a_wrong_frequency():
     # x = cos(3t) over 5 periods: the loss in ω has a local minimum every ~0.6; from ω = 2 a
-    # single LM start settles in one, and among 16 starts (log-uniform within a factor 10 of
-    # the guess) some land in the true basin.
+    # single LM start from the guess (screen=0) settles in one. The default screen (the loss
+    # at 64 points within a decade of the guess, the lowest 3 fitted to the first half of the
+    # record) starts in the true basin; so do some of 16 unscreened starts (the guess and 15
+    # Halton points around it).
     ts = np.linspace(0.0, 10.0, 201)
     values = np.cos(3.0 * ts) + 0.1 * np.random.default_rng(0).standard_normal(ts.size)
     guess = models.HarmonicOscillator(omega=2.0)
     options = dict(params=["omega"], observe=angle, solver=ds.RK4(), dt=0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)
-        single = ds.fit(guess, Y0, (ts, values), **options)
+        single = ds.fit(guess, Y0, (ts, values), **options, screen=0)
+    default = ds.fit(guess, Y0, (ts, values), **options)
     with pytest.warns(ds.FitWarning, match=r"the given guess alone stops at a local optimum"):
-        several = ds.fit(guess, Y0, (ts, values), **options, starts=16, key=jax.random.key(0))
-    # the single start says what it checked: a local optimum from one start
-    assert "local optimum (one start" in single.status
+        several = ds.fit(guess, Y0, (ts, values), **options, screen=0, starts=16)
+    # each result says what it checked: one start from the guess, or from the screen
+    assert "local optimum (one start;" in single.status and single.screen is None
+    assert "the best of 64 screened points and 3 first-stage fits" in default.status
+    assert abs(single.params["omega"] - 3.0) > 0.1
+    for found in (default, several):
+        assert abs(found.params["omega"] - 3.0) < 3 * found.stderr["omega"], found.summary()
+        assert found.loss < 0.05 * single.loss
+    # the screen: row 0 is the guess, the rest within a decade of it; every simulation counted
+    screened = default.screen["params"]["omega"]
+    assert screened.shape == (64,) and screened[0] == 2.0
+    assert np.all((screened > 0.2 * (1 - 1e-12)) & (screened < 20 * (1 + 1e-12)))
+    assert default.screen["trial_loss"].shape == (3,)
+    assert default.num_solves > 64 + int(np.sum(default.starts["evaluations"]))
     reached = several.starts_reached
     assert reached == int(np.sum(several.starts["loss"] <= several.loss * (1 + 1e-6)))
     assert 1 <= reached < 16 and f"{reached} of 16 starts reached" in several.summary()
-    assert abs(single.params["omega"] - 3.0) > 0.1
-    assert abs(several.params["omega"] - 3.0) < 3 * several.stderr["omega"]
     assert several.starts["loss"].shape == (16,)
     assert several.loss == pytest.approx(float(np.min(several.starts["loss"])))
-    assert several.loss < 0.05 * single.loss
+    # with a key the points are shifted at random: other points, the same guess in row 0
+    shifted = ds.fit(guess, Y0, (ts, values), **options, key=jax.random.key(1))
+    assert shifted.screen["params"]["omega"][0] == 2.0
+    assert not np.allclose(shifted.screen["params"]["omega"][1:], screened[1:])
 
 
 def test_shooting_and_the_growing_horizon_fit_lorenz_where_one_stage_fails():
@@ -265,11 +280,12 @@ def test_shooting_and_the_growing_horizon_fit_lorenz_where_one_stage_fails():
     options = dict(params=["sigma", "rho", "beta"], initial_state=True, solver=ds.RK4(), dt=0.01)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ds.FitWarning)
-        single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, horizon=1)
+        single = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, horizon=1, screen=0)
     default = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options)
     shooting = ds.fit(guess, jnp.asarray(values[0]), (ts, values), **options, segments=10)
     # The noise is 0.5: a good fit leaves residual variance ≈ 0.25; single shooting of the
-    # whole window at once does not, the default's growing horizon (first half, then all) does.
+    # whole window at once from the guess does not; the default (a screen of the first half's
+    # loss, then a growing horizon) and multiple shooting do.
     assert single.noise_variance > 10
     assert default.noise_variance == pytest.approx(0.25, rel=0.25)
     assert shooting.noise_variance == pytest.approx(0.25, rel=0.25)

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model import AbstractODE
+from .._quasirandom import halton_unit
+from .._solver.adaptive import AbstractAdaptiveSolver
 from .._solver.base import AbstractSolver
 from . import optimize as opt
 from .data import FitWarning
@@ -40,6 +42,7 @@ def fit(
     loss: str = "squared",
     segments: int = 1,
     starts=1,
+    screen: int = 64,
     horizon: int = 2,
     bounds: dict | None = None,
     noise=None,
@@ -86,11 +89,21 @@ def fit(
       the data's typical noise when `noise` is given, else in the data's own units, and
       multiplied by `continuity_weight`); the result is then refined by single
       shooting, so the reported fit is continuous and its covariance is that of the model.
-    - `starts`: fit from this many initial guesses at once (`vmap`): the given guess and
-      `starts − 1` drawn with `key` (log-uniform within a factor of 10 for positive parameters,
-      uniform within two-sided bounds, ±max(|guess|, 1) otherwise); the lowest loss is kept.
-      Or an array `(starts, unknowns)` of the guesses themselves (natural units, columns in
-      the order of `FitResult.names`), which then replace the model's and y0's.
+    - `screen`: before optimising, evaluate the loss at the guess and `screen − 1`
+      quasi-random (Halton) points around it, one forward simulation each: a decade either
+      way for positive unknowns (log space), the whole range for two-sided bounds,
+      ±max(|guess|, 1) for unbounded ones. With a growing horizon the loss is that of the
+      first stage's data, and the 3 lowest points (or `starts`, if more) are each fitted to
+      that data first; the `starts` best of them go on to the whole record. Default 64; 0 (or
+      1) starts from the guess alone. The points are ranked with an adaptive solver's rtol
+      loosened to 1e-4 and at most max_steps/16 steps each. Deterministic: the same call
+      gives the same answer (with `key`, the points are shifted at random).
+    - `starts`: how many optimisations run to the end, from the lowest screened points (from
+      the guess and `starts − 1` of those points when `screen <= starts`); the lowest loss is
+      kept and `FitResult.status` says how many reached it. Or an array `(starts, unknowns)`
+      of the guesses themselves (natural units, columns in the order of `FitResult.names`),
+      which then replace the model's and y0's; they are not screened. Starts run one after
+      another in one compiled program.
     - `horizon`: fit a growing share of the record in this many stages, each started from the
       last one's optimum: first the data up to 1/horizon of the time span, then 2/horizon, …,
       then all of it (default 2; 1 fits the whole record at once). Long records of oscillating
@@ -105,6 +118,8 @@ def fit(
       rescaled) or relative weights (the noise is estimated from the residuals); override those
       of a `ds.Data`.
     - `t0`: the time of `y0` (default: the first data time).
+    - `key`: a `jax.random.key` that shifts the screened points at random (default: none,
+      the same points every call).
     - `rtol`, `atol`: the optimiser's convergence tolerances (on the step and the loss);
       default 1e-8 and 1e-10 in float64, 1e-5 and 1e-7 in float32 (what its precision can
       resolve).
@@ -127,6 +142,7 @@ def fit(
         loss=loss,
         segments=segments,
         starts=starts,
+        screen=screen,
         horizon=horizon,
         bounds=bounds,
         noise=noise,
@@ -142,30 +158,73 @@ def fit(
         events=events,
     )
     setup = assemble(spec)
-    if setup.starts is not None:
+    horizon = spec.horizon if spec.segments == 1 else 1  # shooting cuts the record instead
+    if setup.starts is not None:  # given guesses: each optimised, none screened
         p0s = jax.device_put(setup.starts.astype(setup.guess.dtype))
+        plan = _Plan(points=0, trials=len(p0s), starts=len(p0s), horizon=horizon)
     else:
-        p0s = _start_points(setup.problem, setup.guess, spec.starts, spec.key)
-    shooting, solves = None, 0
+        p0s = jnp.asarray(np.asarray(setup.guess)[None], setup.guess.dtype)
+        plan = _plan(spec.screen, spec.starts, horizon)
+    key = spec.key
+    if key is not None and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)  # raw data: a typed key would not cross the jit
+    shooting, screen, solves = None, None, 0
     if spec.segments > 1:
-        p0s, shooting, solves = _shooting_stage(setup, spec, p0s)
-    horizon = spec.horizon if shooting is None else 1  # shooting has cut the record already
-    final = _fetch(_run(setup.problem, p0s, setup.optimizer, evaluate=True, horizon=horizon))
+        p0s, shooting, screen, solves = _shooting_stage(setup, spec, p0s, plan, key)
+        plan = _Plan(points=0, trials=len(p0s), starts=len(p0s))
+    final = _fetch(_run(setup.problem, p0s, setup.optimizer, plan, key, evaluate=True))
     if shooting is None:
-        _check_guess(final.optimum, setup.problem)
-    solves += int(np.sum(final.optimum.evaluations))
-    result = _result(setup, final, shooting=shooting, solves=solves, start_time=start_time)
+        _check_start(final, setup.problem, plan)
+        screen = _screen_summary(final, setup.problem, plan)
+    solves += int(final.evaluations)
+    result = _result(
+        setup, final, shooting=shooting, screen=screen, solves=solves, start_time=start_time
+    )
     for note in result.warnings:
         warnings.warn(note, FitWarning, stacklevel=2)
     return result
 
 
+# The screen: where a fit starts. A neutral guess is often far from the optimum's basin (a
+# wrong period, a ball that bounces at the wrong times); the loss at a few dozen quasi-random
+# points around it, a cheap forward simulation each, finds a better start far more often than
+# the guess itself (measured in experiments/bench/fit_robustness.py and docs/fitting.md).
+SCREEN_RTOL = 1e-4  # an adaptive solver's rtol is loosened to this to rank the points
+SCREEN_STEP_SHARE = 16  # a screened point gets max_steps / this steps (a wild one stops early)
+FIRST_STAGE_TRIALS = 3  # with a growing horizon: the lowest screened points fitted to the first
+# stage's data, the best of them then fitted to the whole record
+
+
+class _Plan(NamedTuple):
+    """Static: how a fit's starts are chosen and run. `points` candidates (the guess, then
+    quasi-random points around it; 0 when the starts are given) are screened by their loss when
+    there are more than `trials`; the `trials` lowest are each optimised on the first stage's
+    data, and the `starts` best of those through every stage."""
+
+    points: int
+    trials: int
+    starts: int
+    horizon: int = 1
+
+
+def _plan(screen: int, starts: int, horizon: int) -> _Plan:
+    trials = max(FIRST_STAGE_TRIALS, starts) if horizon > 1 and screen > starts else starts
+    return _Plan(points=max(screen, trials), trials=trials, starts=starts, horizon=horizon)
+
+
 class _Stage(NamedTuple):
     """One optimisation stage run from every start at once (NumPy arrays once fetched)."""
 
-    optimum: opt.Optimum  # batched along a leading axis, one entry per start
+    optimum: opt.Optimum  # batched along a leading axis, one entry per start (the last
+    # stage's loss history, steps and code; evaluations over all its stages)
     p: jax.Array  # (starts, unknowns) the natural values of each optimum
-    best: jax.Array | None = None  # the start of the lowest finite loss
+    best: jax.Array  # the start of the lowest finite loss
+    evaluations: jax.Array  # simulations run in all: the screen, every trial and stage
+    start_loss: jax.Array  # (trials,) the loss where each first-stage trial began
+    candidates: jax.Array | None  # (points, unknowns) natural: the guess, then the screened
+    screened: jax.Array | None  # (points,) their losses on the first stage's data (inf where
+    # they cannot be simulated); None without a screen
+    trial_loss: jax.Array  # (trials,) the first-stage optimum of each trial
     # at the best optimum (the final stage only): the residual Jacobian, the predictions and
     # the data residuals (times, observables), the loss there, and the model and y0 it gives
     jacobian: jax.Array | None = None
@@ -176,59 +235,91 @@ class _Stage(NamedTuple):
     y0: jax.Array | None = None
 
 
-def _check_guess(optimum: opt.Optimum, problem: Problem) -> None:
-    """The loss at the given guess (start 0) must be finite, else nothing was fitted."""
-    if not np.isfinite(float(optimum.history[0, 0])):
+def _check_start(stage: _Stage, problem: Problem, plan: _Plan) -> None:
+    """The loss where the first optimisation began must be finite, else nothing was fitted:
+    the guess (and every screened point) cannot be simulated."""
+    if not np.isfinite(float(stage.start_loss[0])):
         detail = ""
         if problem.log_loss:
             detail = " (with loss='log', the model's observables must stay positive)"
+        where = "guess"
+        if plan.points > plan.trials:
+            where = f"guess and at the {plan.points - 1} screened points around it"
         raise ValueError(
             "the model cannot be simulated, or gives non-finite predictions, at the initial "
-            f"guess{detail}: start from a guess where ds.simulate succeeds"
+            f"{where}{detail}: start from a guess where ds.simulate succeeds"
         )
 
 
+def _screen_summary(stage: _Stage, problem: Problem, plan: _Plan) -> dict | None:
+    """`FitResult.screen`: the screened points and their losses, or None without a screen."""
+    if stage.screened is None:
+        return None
+    names = problem.layout.names
+    candidates = np.asarray(stage.candidates)
+    return dict(
+        points=plan.points,
+        trials=plan.trials,
+        loss=np.asarray(stage.screened),
+        params={n: candidates[:, i] for i, n in enumerate(names)},
+        trial_loss=np.asarray(stage.trial_loss),
+    )
+
+
 @eqx.filter_jit
-def _run(
-    problem: Problem, p0s, optimizer: opt.Optimizer, *, evaluate: bool, horizon: int = 1
-) -> _Stage:
-    """Optimise from each start (natural values, one per row); with `evaluate`, also evaluate
-    the residual Jacobian and the predictions at the best optimum, in the same program (one
-    compilation for the whole fit instead of one per stage and small eager operations).
-    `horizon` > 1 fits a growing share of the data first (`_horizon_masks`)."""
-    masks = _horizon_masks(problem, horizon)
+def _run(problem: Problem, p0s, optimizer: opt.Optimizer, plan: _Plan, key, *, evaluate: bool):
+    """Screen, then optimise from each start (natural values, one per row: the guess, or the
+    given starts), all in one compiled program; with `evaluate`, also the residual Jacobian
+    and the predictions at the best optimum (one compilation for the whole fit instead of one
+    per stage and small eager operations).
 
-    def one(p0):
-        def stage(u, mask):
-            staged = dataclasses.replace(problem, scale=problem.scale * mask[:, None])
-            residuals = lambda u: staged.residuals(staged.natural(u))  # noqa: E731
-            optimum = opt.optimize(residuals, u, optimizer, problem.num_residuals)
-            # a stage that fails (a simulation blew up) hands on its own start
-            usable = jnp.all(jnp.isfinite(optimum.u)) & jnp.isfinite(optimum.loss)
-            return jnp.where(usable, optimum.u, u), optimum
-
-        u0 = problem.unconstrained(p0)
-        if masks is None:
-            _, optimum = stage(u0, jnp.ones(problem.scale.shape[0], problem.scale.dtype))
-        else:  # one trace of the optimiser, scanned over the stages
-            _, optima = jax.lax.scan(stage, u0, masks)
-            optimum = jax.tree.map(lambda x: x[-1], optima)
-            optimum = eqx.tree_at(lambda o: o.evaluations, optimum, jnp.sum(optima.evaluations))
-        return _Stage(optimum, problem.natural(optimum.u))
-
-    if p0s.shape[0] == 1:  # no vmap around a single start: its batching rules cost compile time
-        stage = jax.tree.map(lambda x: x[None], one(p0s[0]))
+    The optimisations run one after another in a single `lax.scan` over "slots" with one
+    trace of the optimiser: first the `plan.trials` first-stage fits, then the later stages of
+    the `plan.starts` best of them (`_horizon_masks`). Not `vmap`: batched, every iteration of
+    every start waits for the slowest start's simulation, and the batching rules of the
+    optimiser's loops cost compile time (on a CPU a vmapped batch of 50 starts ran 2-8x
+    slower than the same starts one after another)."""
+    masks = _horizon_masks(problem, plan.horizon)
+    candidates = screened = None
+    if plan.points > p0s.shape[0]:
+        candidates = _candidates(problem, p0s[0], plan.points, key)
+        if plan.points > plan.trials:
+            screened = _screen(problem, candidates, masks[0])
+            # stable: among equal losses the guess (row 0) comes first
+            trials = candidates[jnp.argsort(screened, stable=True)[: plan.trials]]
+        else:
+            trials = candidates
     else:
-        stage = jax.vmap(one)(p0s)
-    loss = stage.optimum.loss
+        trials = p0s
+
+    def fit_stage(u, mask):
+        staged = dataclasses.replace(problem, scale=problem.scale * mask[:, None])
+        residuals = lambda u: staged.residuals(staged.natural(u))  # noqa: E731
+        optimum = opt.optimize(residuals, u, optimizer, problem.num_residuals)
+        # a stage that fails (a simulation blew up) hands on its own start
+        usable = jnp.all(jnp.isfinite(optimum.u)) & jnp.isfinite(optimum.loss)
+        return jnp.where(usable, optimum.u, u), optimum
+
+    optima, ends = _run_slots(fit_stage, jax.vmap(problem.unconstrained)(trials), masks, plan)
+    loss = optima.loss
     best = jnp.argmin(jnp.where(jnp.isfinite(loss), loss, jnp.inf))
+    evaluations = ends.evaluations + (0 if screened is None else plan.points)
+    stage = _Stage(
+        optimum=optima,
+        p=jax.vmap(problem.natural)(optima.u),
+        best=best,
+        evaluations=evaluations,
+        start_loss=ends.start_loss,
+        candidates=candidates if screened is not None else None,
+        screened=screened,
+        trial_loss=ends.trial_loss,
+    )
     if not evaluate:
-        return stage._replace(best=best)
+        return stage
     p = stage.p[best]
     jacobian, predictions, residuals = at_optimum(problem, p, optimizer.jac)
     model, y0, _ = problem.assemble(p)
     return stage._replace(
-        best=best,
         jacobian=jacobian,
         predictions=predictions,
         residuals=residuals,
@@ -238,10 +329,136 @@ def _run(
     )
 
 
+class _SlotsEnd(NamedTuple):
+    """What the slot scan reports besides each start's final optimum."""
+
+    evaluations: jax.Array  # simulations of every slot together
+    start_loss: jax.Array  # (trials,) the loss at each trial's start
+    trial_loss: jax.Array  # (trials,) each trial's first-stage optimum (inf where it failed)
+
+
+def _run_slots(fit_stage, trials_u, masks, plan: _Plan) -> tuple[opt.Optimum, _SlotsEnd]:
+    """Run `plan.trials` first-stage fits from `trials_u` (trials, unknowns), then each later
+    stage of the `plan.starts` trials with the lowest first-stage loss, as one scan over
+    `trials + starts × (stages − 1)` slots: one trace of the optimiser whatever the counts.
+    Returns each start's final optimum (batched; evaluations summed over its stages)."""
+    trials, starts, stages = plan.trials, plan.starts, masks.shape[0]
+    slots = trials + starts * (stages - 1)
+    template = jax.eval_shape(fit_stage, trials_u[0], masks[0])[1]
+    zeros = lambda leading: jax.tree.map(  # noqa: E731
+        lambda x: jnp.zeros((leading, *x.shape), x.dtype), template
+    )
+
+    class Carry(NamedTuple):
+        trial_u: jax.Array  # (trials, unknowns) each trial's first-stage result
+        trial: opt.Optimum  # (trials, ...) each trial's first-stage optimum
+        kept: jax.Array  # (starts,) the trials that go on (set when the trials end)
+        u: jax.Array  # the current start's iterate between its stages
+        used: jax.Array  # the current start's evaluations so far
+        final: opt.Optimum  # (starts, ...) each start's final optimum
+
+    def body(carry: Carry, slot):
+        in_trials = slot < trials
+        j = jnp.maximum(slot - trials, 0)
+        member = j // max(stages - 1, 1)
+        later = 1 + j % max(stages - 1, 1)  # the stage index of a later slot
+        first_later = in_trials | (later == 1)
+        kept_trial = carry.kept[member]
+        u_in = jnp.where(
+            in_trials,
+            trials_u[jnp.minimum(slot, trials - 1)],
+            jnp.where(first_later, carry.trial_u[kept_trial], carry.u),
+        )
+        mask = masks[jnp.where(in_trials, 0, later)]
+        u_out, optimum = fit_stage(u_in, mask)
+        index = jnp.minimum(slot, trials - 1)
+        trial_u = jnp.where(in_trials, carry.trial_u.at[index].set(u_out), carry.trial_u)
+        trial = jax.tree.map(
+            lambda all_, one: jnp.where(in_trials, all_.at[index].set(one), all_),
+            carry.trial,
+            optimum,
+        )
+        trial_loss = jnp.where(jnp.isfinite(trial.loss), trial.loss, jnp.inf)
+        kept = carry.kept
+        if trials > starts:  # once the last trial ends, the `starts` lowest go on
+            lowest = jnp.argsort(trial_loss, stable=True)[:starts]
+            kept = jnp.where(slot == trials - 1, lowest, carry.kept)
+        used = jnp.where(
+            in_trials, 0, jnp.where(first_later, trial.evaluations[kept_trial], carry.used)
+        ) + jnp.where(in_trials, 0, optimum.evaluations)
+        last = ~in_trials & (later == stages - 1)
+        done = eqx.tree_at(lambda o: o.evaluations, optimum, used)
+        final = jax.tree.map(
+            lambda all_, one: jnp.where(last, all_.at[member].set(one), all_), carry.final, done
+        )
+        return Carry(trial_u, trial, kept, u_out, used, final), optimum.evaluations
+
+    init = Carry(
+        trial_u=trials_u,
+        trial=zeros(trials),
+        kept=jnp.arange(starts),
+        u=trials_u[0],
+        used=jnp.zeros((), template.evaluations.dtype),
+        final=zeros(starts),
+    )
+    carry, evaluations = jax.lax.scan(body, init, jnp.arange(slots))
+    final = carry.final
+    if stages == 1:  # every trial is a start: its first-stage optimum is final
+        final = carry.trial
+    trial_loss = jnp.where(jnp.isfinite(carry.trial.loss), carry.trial.loss, jnp.inf)
+    end = _SlotsEnd(jnp.sum(evaluations), carry.trial.history[:, 0], trial_loss)
+    return final, end
+
+
+def _candidates(problem: Problem, guess_p, points: int, key):
+    """The guess, then `points − 1` Halton points around it (natural values): a decade either
+    way for a positive unknown (log space), the whole range for two-sided bounds (logit space),
+    ±max(|guess|, 1) for an unbounded one; multiple-shooting nodes held. With `key` (its raw
+    key data), the points are shifted at random modulo 1 (a Cranley–Patterson rotation)."""
+    k = problem.layout.num_fitted
+    unit = jnp.asarray(halton_unit(points - 1, k), guess_p.dtype)
+    if key is not None:
+        shift = jax.random.uniform(jax.random.wrap_key_data(key), (k,), guess_p.dtype)
+        unit = (unit + shift[None]) % 1.0
+    draws = 2 * unit - 1
+    guess_u = problem.unconstrained(guess_p)
+    fitted = guess_u[:k]
+    kinds = np.asarray(problem.layout.kinds)
+    positive = np.broadcast_to((kinds == "log") | (kinds == "upper-log"), draws.shape)
+    logit = np.broadcast_to(kinds == "logit", draws.shape)
+    u_log = fitted[None] + draws * jnp.log(10.0).astype(fitted.dtype)
+    fraction = jnp.clip((draws + 1) / 2, 1e-6, 1 - 1e-6)
+    u_logit = jnp.log(fraction) - jnp.log1p(-fraction)
+    width = jnp.maximum(jnp.abs(guess_p[:k]), 1.0)
+    u_plain = guess_p[None, :k] + draws * width[None]
+    drawn = jnp.where(positive, u_log, jnp.where(logit, u_logit, u_plain))
+    rest = jnp.broadcast_to(guess_u[k:], (points - 1, guess_u.size - k))
+    around = jax.vmap(problem.natural)(jnp.concatenate([drawn, rest], axis=1))
+    return jnp.concatenate([guess_p[None], around])
+
+
+def _screen(problem: Problem, candidates, mask):
+    """The loss of each candidate on the first stage's data, inf where it cannot be simulated;
+    one forward simulation each, run one after another (`lax.map`: a vmapped batch would run
+    every member until the slowest finishes). An adaptive solver's rtol is loosened to
+    `SCREEN_RTOL` and its steps capped: the points are only ranked."""
+    staged = dataclasses.replace(problem, scale=problem.scale * mask[:, None])
+    solver = problem.solver
+    if isinstance(solver, AbstractAdaptiveSolver):
+        loose = jnp.maximum(solver.rtol, jnp.asarray(SCREEN_RTOL, solver.rtol.dtype))
+        staged = dataclasses.replace(
+            staged,
+            solver=eqx.tree_at(lambda s: s.rtol, solver, loose),
+            max_steps=max(problem.max_steps // SCREEN_STEP_SHARE, 1),
+        )
+    losses = jax.lax.map(lambda p: jnp.sum(staged.residuals(p) ** 2), candidates)
+    return jnp.where(jnp.isfinite(losses), losses, jnp.inf)
+
+
 def _horizon_masks(problem: Problem, horizon: int):
     """The data each stage of a growing horizon fits, (stages, times) of 0/1: stage j of
     `horizon` the observation times up to the fraction (j + 1)/horizon of the span, the last
-    stage all of them; None for a single stage.
+    stage all of them; a single row of ones for one stage.
 
     Why: the loss of a long record of an oscillating or otherwise history-dependent system has
     a local optimum for every wrong phase or period, and a neutral guess lands in one. The first
@@ -249,7 +466,7 @@ def _horizon_masks(problem: Problem, horizon: int):
     the fit of the whole record close to the right basin. A careful scientist fits a growing
     window by hand; here it is one scanned loop in the same compiled program."""
     if horizon <= 1:
-        return None
+        return jnp.ones((1, problem.scale.shape[0]), problem.scale.dtype)
     times = np.asarray(problem.ts[problem.first_observed :])
     span = times[-1] - times[0]
     ends = [times[0] + span * (j + 1) / horizon for j in range(horizon)]
@@ -265,37 +482,12 @@ def _fetch(stage: _Stage) -> _Stage:
     return jax.device_get(stage._replace(model=None))._replace(model=model)
 
 
-def _start_points(problem: Problem, guess_p, starts: int, key):
-    """Natural starting values, one per row: the guess, then `starts - 1` drawn ones."""
-    if starts == 1:
-        return jnp.asarray(np.asarray(guess_p)[None], guess_p.dtype)
-    return _drawn_starts(problem, guess_p, key, starts=starts)
-
-
-@eqx.filter_jit
-def _drawn_starts(problem: Problem, guess_p, key, *, starts: int):
-    guess_u = problem.unconstrained(guess_p)
-    if key is None:
-        key = jax.random.key(0)
-    layout = problem.layout
-    kinds = np.asarray(layout.kinds)
-    k = layout.num_fitted
-    shape = (starts - 1, k)
-    draws = jax.random.uniform(key, shape, guess_u.dtype, -1.0, 1.0)
-    positive = np.broadcast_to((kinds == "log") | (kinds == "upper-log"), shape)
-    logit = np.broadcast_to(kinds == "logit", shape)
-    # log: u = log(p - lower) moves by ±log(10); logit: uniform in (0, 1) through the logit
-    u_log = guess_u[None] + draws * jnp.log(10.0).astype(guess_u.dtype)
-    fraction = jnp.clip((draws + 1) / 2, 1e-6, 1 - 1e-6)
-    u_logit = jnp.log(fraction) - jnp.log1p(-fraction)
-    u_plain = guess_p[None] + draws * jnp.maximum(jnp.abs(guess_p), 1.0)[None]
-    drawn = jnp.where(positive, u_log, jnp.where(logit, u_logit, u_plain))
-    return jnp.concatenate([guess_p[None], jax.vmap(problem.natural)(drawn)])
-
-
-def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dict, int]:
-    """Multiple shooting from every start; returns the single-shooting starts it leads to,
-    the stage's summary (`FitResult.shooting`) and the simulations it ran."""
+def _shooting_stage(
+    setup: FitSetup, spec: FitSpec, p0s, plan: _Plan, key
+) -> tuple[jax.Array, dict, dict | None, int]:
+    """Multiple shooting (screened as single shooting is) from every start; returns the
+    single-shooting starts it leads to, the stage's summary (`FitResult.shooting`), the screen's
+    (`FitResult.screen`) and the simulations it ran."""
     problem = setup.problem
     shooting_problem = _shooting_problem(problem, spec.segments, spec.continuity_weight)
     shooting_optimizer = with_jacobian(setup.optimizer, shooting_problem)
@@ -308,12 +500,18 @@ def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dic
         [np.asarray(p0s), np.broadcast_to(nodes, (p0s.shape[0], nodes.size))], 1
     )
     stage = _run(
-        shooting_problem, jnp.asarray(starts, p0s.dtype), shooting_optimizer, evaluate=False
+        shooting_problem,
+        jnp.asarray(starts, p0s.dtype),
+        shooting_optimizer,
+        plan,
+        key,
+        evaluate=False,
     )
     defects = np.asarray(largest_defects(shooting_problem, stage.p))
     stage = _fetch(stage)
-    _check_guess(stage.optimum, problem)
-    solves = int(np.sum(stage.optimum.evaluations)) * len(shooting_problem.windows)
+    _check_start(stage, problem, plan)
+    windows = len(shooting_problem.windows)
+    solves = int(stage.evaluations) * windows
     best = int(stage.best)
     summary = dict(
         segments=spec.segments,
@@ -322,7 +520,12 @@ def _shooting_stage(setup: FitSetup, spec: FitSpec, p0s) -> tuple[jax.Array, dic
         converged=bool(stage.optimum.code[best] == FIT_RESULTS.converged),
         max_defect=float(defects[best]),
     )
-    return jnp.asarray(stage.p[:, : problem.layout.size]), summary, solves
+    screen = _screen_summary(stage, shooting_problem, plan)
+    if screen is not None:  # the parameters only: the nodes are held while screening
+        size = problem.layout.size
+        screen["params"] = dict(list(screen["params"].items())[:size])
+    p = jnp.asarray(stage.p[:, : problem.layout.size])
+    return p, summary, screen, solves
 
 
 def _shooting_problem(problem: Problem, segments, continuity_weight) -> Problem:
@@ -380,7 +583,13 @@ def _initial_nodes(problem: Problem, shooting: Problem, guess_p):
 
 
 def _result(
-    setup: FitSetup, final: _Stage, *, shooting: dict | None, solves: int, start_time: float
+    setup: FitSetup,
+    final: _Stage,
+    *,
+    shooting: dict | None,
+    screen: dict | None,
+    solves: int,
+    start_time: float,
 ) -> FitResult:
     problem, data, optimum = setup.problem, setup.data, final.optimum
     names = problem.layout.names
@@ -392,7 +601,7 @@ def _result(
     p_np = np.asarray(p, np.float64)
     bound_notes = _at_bounds(problem, p_np, np.asarray(setup.guess))
     misfit = _misfit(loss, setup) if code == FIT_RESULTS.converged else None
-    start_notes, reached = _start_agreement(np.asarray(optimum.loss), best)
+    start_notes, reached = _start_agreement(np.asarray(optimum.loss), best, screen)
     converged = code == FIT_RESULTS.converged and not bound_notes and misfit is None
     reason = code.message
     if code == FIT_RESULTS.converged and bound_notes:
@@ -460,6 +669,7 @@ def _result(
         best_start=best,
         starts_reached=reached,
         shooting=shooting,
+        screen=screen,
         warnings=tuple(notes),
         method=setup.method,
         data=data,
@@ -476,19 +686,26 @@ def _result(
     )
 
 
-def _start_agreement(losses: np.ndarray, best: int) -> tuple[list[str], int]:
-    """How many starts reached the kept optimum (loss within `BEATEN`, relatively), and a note
-    when the landscape showed several optima: only one start of many found the lowest, or the
-    given guess (start 0) on its own stopped at a higher one."""
+def _start_agreement(losses: np.ndarray, best: int, screen: dict | None):
+    """How many starts reached the kept optimum (loss within `BEATEN`, relatively), and notes:
+    the given guess could not be simulated (the screen found a start that can), or the
+    landscape showed several optima: only one start of many found the lowest, or start 0 (the
+    given guess, or the lowest screened point) on its own stopped at a higher one."""
     lowest = losses[best]
     reached = np.isfinite(losses) & (losses <= lowest + BEATEN * abs(lowest))
     count, total = int(np.sum(reached)), losses.size
     notes = []
+    if screen is not None and not np.isfinite(screen["loss"][0]):
+        notes.append(
+            "the model cannot be simulated, or gives non-finite predictions, at the given "
+            "guess; the fit started from the lowest of the screened points around it"
+        )
     if total == 1:
         return notes, count
+    first = "the given guess" if screen is None else "the lowest screened start"
     if not reached[0]:
         notes.append(
-            f"the given guess alone stops at a local optimum (loss {losses[0]:.6g}); "
+            f"{first} alone stops at a local optimum (loss {losses[0]:.6g}); "
             f"{count} of {total} starts reached the kept loss {lowest:.6g}"
         )
     elif count == 1 and total >= 4:

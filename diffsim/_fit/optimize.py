@@ -38,7 +38,10 @@ class FIT_RESULTS(enum.IntEnum):
 
 
 _MESSAGES = {
-    FIT_RESULTS.converged: "converged: the step and the change of the loss fell below rtol/atol",
+    FIT_RESULTS.converged: (
+        "converged: the step and the change of the loss fell below rtol/atol, or no step "
+        "above them lowers the loss"
+    ),
     FIT_RESULTS.max_iterations_reached: (
         "stopped after max_iterations iterations before converging: raise max_iterations or "
         "improve the guess"
@@ -150,6 +153,7 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer, num_residuals) -
         state = eqx.combine(static, carry.solver_state)
         u, state, loss = solver.step(fn, carry.u, None, options, state, tags)
         terminate, result = solver.terminate(fn, u, None, options, state, tags)
+        terminate = terminate | (_negligible(state.y_eval - u, u, optimizer) & (step > 0))
         previous = jnp.where(step > 0, carry.history[jnp.maximum(step - 1, 0)], jnp.inf)
         history = carry.history.at[step].set(jnp.fmin(previous, loss))
         finite = jnp.all(jnp.isfinite(u))
@@ -180,6 +184,18 @@ def _optimize_optimistix(residual_fn, u0, optimizer: Optimizer, num_residuals) -
     code = jnp.where(final.done, final.code, FIT_RESULTS.max_iterations_reached)
     loss = final.history[jnp.maximum(final.step - 1, 0)]
     return Optimum(final.u, loss, final.history, final.step, final.step, code)
+
+
+def _negligible(proposal, u, optimizer: Optimizer):
+    """Whether the next proposed step is below the tolerances in every unknown (|δu| <= atol +
+    rtol |u|): the trust region has shrunk until no step the iterate can resolve lowers the
+    loss. MINPACK's `lmder` stops there too (its xtol test, applied after rejected steps as
+    well); optimistix tests only after accepted steps and also asks the residuals to change
+    by less than rtol, which an adaptive solve's own error (steps that change with the
+    parameters) can keep from ever happening at an optimum: the fit would then spend its whole
+    iteration budget there and report no convergence."""
+    scale = optimizer.atol + optimizer.rtol * jnp.abs(u)
+    return jnp.all(jnp.abs(proposal) <= scale)
 
 
 def _match_dtype(state, dtype):

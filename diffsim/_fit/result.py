@@ -59,6 +59,10 @@ class FitResult:
       (name → array) of every start;
       `best_start`: the index kept; `starts_reached`: how many starts reached its loss
       (within 1e-6 relative). `shooting`: the multiple-shooting stage's summary or None.
+    - `screen`: where the starts came from, or None without a screen: `points` (how many were
+      screened), `loss` (each point's loss on the first stage's data; row 0 is the guess;
+      inf where it cannot be simulated), `params` (name → array of the points), `trials`
+      and `trial_loss` (the lowest points' first-stage optima).
     - `warnings`: identifiability and other notes (also issued as Python warnings).
     """
 
@@ -86,6 +90,7 @@ class FitResult:
     best_start: int
     starts_reached: int
     shooting: dict | None
+    screen: dict | None
     warnings: tuple[str, ...]
     method: str
     data: Data
@@ -117,11 +122,18 @@ class FitResult:
             return f"NOT converged ({self.reason})"
         total = len(self.starts["loss"])
         if total == 1:
-            return "converged to a local optimum (one start; starts=8 checks for lower ones)"
+            if self.screen is None:
+                return "converged to a local optimum (one start; starts=8 checks for lower ones)"
+            points, trials = self.screen["points"], self.screen["trials"]
+            chosen = f"the lowest of {points} screened points"
+            if trials > 1:
+                chosen = f"the best of {points} screened points and {trials} first-stage fits"
+            return f"converged to a local optimum (one start, {chosen}; starts=4 checks for more)"
         lower = total - self.starts_reached
         if lower and self.best_start != 0:
+            first = "the given guess" if self.screen is None else "the lowest screened start"
             return (
-                f"converged; the given guess alone stops higher, and {self.starts_reached} of "
+                f"converged; {first} alone stops higher, and {self.starts_reached} of "
                 f"{total} starts reached this optimum"
             )
         return f"converged; {self.starts_reached} of {total} starts reached this optimum"
@@ -208,6 +220,14 @@ class FitResult:
             starts_reached=self.starts_reached,
             interval_space={n: self.interval_space(n) for n in self.names},
             shooting=self.shooting,
+            screen=None
+            if self.screen is None
+            else dict(
+                points=self.screen["points"],
+                trials=self.screen["trials"],
+                loss=[float(v) for v in self.screen["loss"]],
+                trial_loss=[float(v) for v in self.screen["trial_loss"]],
+            ),
             warnings=list(self.warnings),
             seconds=self.seconds,
         )

@@ -55,6 +55,7 @@ class FitSpec:
     loss: str
     segments: int
     starts: Any  # a count, or an array (starts, unknowns) of natural guesses
+    screen: int  # points whose loss chooses the starts (0 or 1: the guess alone)
     horizon: int
     bounds: dict | None
     noise: Any
@@ -182,6 +183,7 @@ def _check_arguments(spec: FitSpec) -> AbstractSolver:
         check_static_count("starts", spec.starts)
     check_static_count("max_steps", spec.max_steps)
     check_static_count("horizon", spec.horizon)
+    check_static_count("screen", spec.screen, minimum=0, maximum=100_000)
     if not 0 < check_real("level", spec.level) < 1:
         raise ValueError(f"level must be in (0, 1), got {spec.level}")
     check_real("continuity_weight", spec.continuity_weight, positive=True)

@@ -10,6 +10,7 @@ import math
 import jax
 import numpy as np
 
+from .._quasirandom import halton_unit
 from .._validate import check_key, check_static_count, is_count
 
 
@@ -87,18 +88,7 @@ def _latin_hypercube_unit(key, n: int, dims: int) -> np.ndarray:
 
 def _halton_unit(n: int, dims: int, skip: int) -> np.ndarray:
     _check_count(n)
-    bases = _primes(dims)
-    index = np.arange(skip + 1, skip + n + 1)
-    unit = np.empty((n, dims))
-    for d, base in enumerate(bases):
-        # Radical inverse: mirror the base-`base` digits of the index around the point.
-        value, factor, i = np.zeros(n), 1.0 / base, index.copy()
-        while np.any(i > 0):
-            value += factor * (i % base)
-            i //= base
-            factor /= base
-        unit[:, d] = value
-    return unit
+    return halton_unit(n, dims, skip)
 
 
 def _check_bounds_and_log(bounds, log) -> None:
@@ -144,12 +134,3 @@ def _check_count(n) -> None:
     if not is_count(n):  # its own words first: the bad-input catalogue asserts them
         raise TypeError(f"the number of samples n must be an int, got {n!r}")
     check_static_count("the number of samples n", n)
-
-
-def _primes(count: int) -> list[int]:
-    primes, candidate = [], 2
-    while len(primes) < count:
-        if all(candidate % p for p in primes):
-            primes.append(candidate)
-        candidate += 1
-    return primes
