@@ -36,7 +36,8 @@ def run(out_dir="out/fit_lynx_hare", quick: bool = False) -> dict:
     data = ds.Data.from_csv(DATA, time="year", columns=["hare", "lynx"])
     # A neutral start, not the published answer: the Stan case study's prior means for the
     # rates and the first observation as the initial state. ds.fit's defaults (rates and the
-    # positive initial states in log space, a growing horizon) reach the optimum from here.
+    # positive initial states in log space, a screen of 64 points around the guess, a growing
+    # horizon) reach the optimum from here.
     guess = models.LotkaVolterra(**NEUTRAL)
     # The quick run swaps the adaptive Tsit5 for RK4 (dt = 0.02 yr; same optimum to 4 digits),
     # which compiles in a third of the time; everything else is the same.

@@ -541,3 +541,30 @@ def test_starts_given_as_guesses_are_checked_and_each_reported():
         _fit_pendulum(values, starts=guesses[:, :1])
     with pytest.raises(ValueError, match=r"starts\[0\] puts damping = -0.1 outside its bounds"):
         _fit_pendulum(values, starts=guesses * np.array([1.0, -1.0]))
+
+
+class _Blowup(ds.AbstractODE):
+    """dy/dt = k y²: from y(0) = 1 the solution 1/(1 − k t) blows up at t = 1/k."""
+
+    k: Array = ds.parameter(0.5, positive=True, ndim=0)
+
+    def vector_field(self, t, y, args=None):
+        return self.k * y**2
+
+
+def test_the_screen_starts_where_the_guess_cannot_be_simulated():
+    # data of k = 0.5 over [0, 1]; the guess k = 2 blows up at t = 0.5 (non-finite states), but
+    # the screen's points within a decade of it include simulable ones below k = 1
+    ts = np.linspace(0.0, 1.0, 11)
+    values = 1 / (1 - 0.5 * ts) + 0.01 * np.random.default_rng(5).standard_normal(ts.size)
+    options = dict(params=["k"], solver=ds.RK4(), dt=0.01)
+    data = (ts, values[:, None])
+    with pytest.warns(ds.FitWarning, match="at the given guess; the fit started from the lowest"):
+        result = ds.fit(_Blowup(k=2.0), jnp.array([1.0]), data, **options)
+    assert not np.isfinite(result.screen["loss"][0])  # row 0: the guess itself
+    assert result.params["k"] == pytest.approx(0.5, abs=3 * result.stderr["k"])
+    with pytest.raises(ValueError, match="at the initial guess: start from a guess"):
+        ds.fit(_Blowup(k=2.0), jnp.array([1.0]), data, **options, screen=0)
+    # every screened point (k from 20 to 2000) blows up before t = 1: nothing to start from
+    with pytest.raises(ValueError, match="at the initial guess and at the 63 screened points"):
+        ds.fit(_Blowup(k=200.0), jnp.array([1.0]), data, **options)

@@ -14,9 +14,10 @@ dt = 0.05                                # fixed-step solvers
 method = "lm"                            # lm | gauss-newton | bfgs
 loss = "log"                             # squared | log
 segments = 1                             # multiple shooting windows
-starts = 1                               # multiple starts (seeded by `seed`)
+screen = 64                              # points screened for the start (0: the guess alone)
+starts = 1                               # optimisations run to the end, from the lowest points
 horizon = 2                              # growing-horizon stages (1: the whole record at once)
-seed = 0
+seed = 0                                 # optional: shifts the screened points at random
 noise = 0.1                              # optional: known noise standard deviation
 t0 = 1900.0                              # optional: time of y0 (default: first data time)
 bounds = { "y0[prey]" = [0.0, inf] }     # optional (lower, upper)
@@ -59,6 +60,7 @@ _KEYS = {
     "loss",
     "segments",
     "starts",
+    "screen",
     "horizon",
     "seed",
     "noise",
@@ -86,6 +88,7 @@ _KINDS = {
     "loss": TEXT,
     "segments": INTEGER,
     "starts": INTEGER,
+    "screen": INTEGER,
     "horizon": INTEGER,
     "seed": INTEGER,
     "noise": (NUMBER, NUMBERS),
@@ -174,8 +177,9 @@ def fit_arguments(config: dict) -> dict:
         loss=config.get("loss", "squared"),
         segments=config.get("segments", 1),
         starts=config.get("starts", 1),
+        screen=config.get("screen", 64),
         horizon=config.get("horizon", 2),
-        key=jax.random.key(config.get("seed", 0)),
+        key=jax.random.key(config["seed"]) if "seed" in config else None,
         noise=config.get("noise"),
         t0=config.get("t0"),
         bounds=bounds,
