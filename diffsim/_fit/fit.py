@@ -277,8 +277,8 @@ def _run(problem: Problem, p0s, optimizer: opt.Optimizer, plan: _Plan, key, *, e
     trace of the optimiser: first the `plan.trials` first-stage fits, then the later stages of
     the `plan.starts` best of them (`_horizon_masks`). Not `vmap`: batched, every iteration of
     every start waits for the slowest start's simulation, and the batching rules of the
-    optimiser's loops cost compile time (on a CPU a vmapped batch of 50 starts ran 2-8x
-    slower than the same starts one after another)."""
+    optimiser's loops cost compile time (on a CPU a vmapped batch of 50 starts took 1.7-4.4x
+    as long as the same starts one after another, compilation included)."""
     masks = _horizon_masks(problem, plan.horizon)
     candidates = screened = None
     if plan.points > p0s.shape[0]:
