@@ -250,12 +250,14 @@ def test_the_screen_and_multiple_starts_escape_a_wrong_frequency():
     assert "local optimum (one start;" in single.status and single.screen is None
     assert "the best of 64 screened points and 3 first-stage fits" in default.status
     assert abs(single.params["omega"] - 3.0) > 0.1
-    for found in (default, several):
+    for found in (default, several):  # 3 standard errors: p ≈ 0.997 for a correct interval
         assert abs(found.params["omega"] - 3.0) < 3 * found.stderr["omega"], found.summary()
+        # the wrong basin's loss (189) is ~100x what the noise explains (201 × 0.1² ≈ 2)
         assert found.loss < 0.05 * single.loss
     # the screen: row 0 is the guess, the rest within a decade of it; every simulation counted
     screened = default.screen["params"]["omega"]
     assert screened.shape == (64,) and screened[0] == 2.0
+    # the ends of the decade pass through log and exp: round-off of ~1e-16 relative
     assert np.all((screened > 0.2 * (1 - 1e-12)) & (screened < 20 * (1 + 1e-12)))
     assert default.screen["trial_loss"].shape == (3,)
     assert default.num_solves > 64 + int(np.sum(default.starts["evaluations"]))
@@ -562,6 +564,7 @@ def test_the_screen_starts_where_the_guess_cannot_be_simulated():
     with pytest.warns(ds.FitWarning, match="at the given guess; the fit started from the lowest"):
         result = ds.fit(_Blowup(k=2.0), jnp.array([1.0]), data, **options)
     assert not np.isfinite(result.screen["loss"][0])  # row 0: the guess itself
+    # 3 standard errors: p ≈ 0.997 for a correct interval
     assert result.params["k"] == pytest.approx(0.5, abs=3 * result.stderr["k"])
     with pytest.raises(ValueError, match="at the initial guess: start from a guess"):
         ds.fit(_Blowup(k=2.0), jnp.array([1.0]), data, **options, screen=0)
