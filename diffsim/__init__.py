@@ -24,6 +24,7 @@ from ._fit.fit import fit as fit, FitWarning as FitWarning
 from ._fit.profile import Profile as Profile, profile as profile
 from ._fit.refit import FitBatch as FitBatch, refit as refit
 from ._fit.result import FitResult as FitResult
+from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.simulate import simulate as simulate, Solution as Solution
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
@@ -46,7 +47,9 @@ from ._results import (
 )
 from ._solver import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractDiffraxMethod as AbstractDiffraxMethod,
     AbstractFixedStepSolver as AbstractFixedStepSolver,
+    AbstractRosenbrock as AbstractRosenbrock,
     AbstractRungeKutta as AbstractRungeKutta,
     AbstractSolver as AbstractSolver,
     AbstractStochasticSolver as AbstractStochasticSolver,
@@ -68,6 +71,9 @@ from ._solver import (
     Ralston as Ralston,
     RK4 as RK4,
     RK38 as RK38,
+    Rodas5P as Rodas5P,
+    Rosenbrock23 as Rosenbrock23,
+    RosenbrockTableau as RosenbrockTableau,
     SymplecticEuler as SymplecticEuler,
     Tsit5 as Tsit5,
     Yoshida4 as Yoshida4,

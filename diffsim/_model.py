@@ -25,7 +25,8 @@ class AbstractODE(eqx.Module):
     Subclasses implement `vector_field`. Optional hooks: `state_names` (labels of the components of
     a flat state), `positive_state` (every component stays positive: populations, concentrations;
     `ds.fit` then fits initial states in log space), `state_shape()` (the expected shape of an
-    array state, checked by `simulate`), `energy(y)` and other invariants.
+    array state, checked by `simulate`), `energy(y)` and other invariants; for stiff solvers
+    `mass_matrix` (a differential-algebraic system M y' = f(t, y)) and `jacobian(t, y)`.
     """
 
     state_names: ClassVar[tuple[str, ...] | None] = None
@@ -43,6 +44,22 @@ class AbstractODE(eqx.Module):
         """The shape an array state must have, or None when any shape the vector field accepts is
         fine."""
         return None if self.state_names is None else (len(self.state_names),)
+
+    @property
+    def mass_matrix(self) -> Any:
+        """M of M y' = f(t, y), an (n, n) array over the n components of the flattened state
+        (`jax.flatten_util.ravel_pytree` order), constant in time and state; None (the default)
+        for an ODE y' = f(t, y). A singular M makes the model a differential-algebraic system:
+        each zero row of M is an algebraic equation 0 = f_i(t, y) (index 1: its components are
+        determined by it). Only solvers with `supports_mass_matrix` (the Rosenbrock methods)
+        solve such models; start them from a consistent state (`ds.consistent_initial_state`)."""
+        return None
+
+    def jacobian(self, t, y) -> Any:
+        """∂f/∂y at (t, y), an (n, n) array for a flat state of n components, or None (the
+        default): stiff solvers then take it by `jax.jacfwd` of the vector field. Define it
+        when a closed form is cheaper than n forward-mode evaluations."""
+        return None
 
 
 class AbstractSDE(AbstractODE):
@@ -232,17 +249,27 @@ class ODE(AbstractODE):
     `params` is any pytree of numbers/arrays; they are traced, so new values do not recompile.
     `fn` is static: pass the same function object each time (a new `lambda` per call recompiles).
 
+    With `mass_matrix=M` (an (n, n) array over the n components of the flattened state, possibly
+    singular) the model is M y' = fn(t, y, params), a differential-algebraic system when M is
+    singular (see `AbstractODE.mass_matrix`).
+
     **Example:** `ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})`
     """
 
     fn: Callable = eqx.field(static=True)
     params: Any = None
+    mass: Any = None
 
-    def __init__(self, fn: Callable, params: Any = None):
+    def __init__(self, fn: Callable, params: Any = None, mass_matrix: Any = None):
         if not callable(fn):
             raise TypeError(f"ODE(fn, params): fn must be callable as fn(t, y, params), got {fn!r}")
         self.fn = fn
         self.params = jax.tree.map(_as_array_if_number, params)
+        self.mass = None if mass_matrix is None else _as_array_if_number(mass_matrix)
+
+    @property
+    def mass_matrix(self):
+        return self.mass
 
     def __check_init__(self):
         bad = nonfinite_leaves(self.params)

@@ -14,7 +14,8 @@ class RESULTS(enum.IntEnum):
 
     `successful` (0), `invalid_input` (1), `max_steps_reached` (2), `step_size_collapsed` (3),
     `nonlinear_solver_failed` (4), `solver_failed` (5), `nonfinite_state` (6),
-    `event_limit_reached` (7), `event_failed` (8). `RESULTS(code).message` (or
+    `event_limit_reached` (7), `event_failed` (8), `inconsistent_initial_state` (9).
+    `RESULTS(code).message` (or
     `ds.result_message(code)`) says what went wrong and what to do. Sweep stores hold -1 for
     members not computed yet."""
 
@@ -27,6 +28,7 @@ class RESULTS(enum.IntEnum):
     nonfinite_state = 6
     event_limit_reached = 7
     event_failed = 8
+    inconsistent_initial_state = 9
 
     @property
     def message(self) -> str:
@@ -68,6 +70,12 @@ _MESSAGES = {
         "its crossing could not be located (a condition that jumps, like a step function, has "
         "no zero for the root finder to find). Write the condition as a continuous signed "
         "distance that is finite wherever the state is (e.g. y[0] - level)"
+    ),
+    RESULTS.inconsistent_initial_state: (
+        "y0 does not satisfy the algebraic equations of the differential-algebraic model (the "
+        "rows of its mass matrix that are zero): start from "
+        "ds.consistent_initial_state(model, y0, t0), which solves them for the algebraic "
+        "components"
     ),
 }
 

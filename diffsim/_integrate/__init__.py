@@ -5,4 +5,4 @@ Each family's solve registers itself for its base class when its module is impor
 loop module is added to this list.
 """
 
-from . import adaptive as adaptive, fixed as fixed
+from . import adaptive as adaptive, fixed as fixed, rosenbrock_loop as rosenbrock_loop

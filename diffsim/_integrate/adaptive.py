@@ -15,45 +15,29 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optimistix as optx
 from jax import lax
-from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
 from .._events import evaluate, EventTable, Records
 from .._results import RESULTS
-from .._solver.adaptive import AbstractAdaptiveSolver, warn_unresolved_tolerance
+from .._solver.adaptive import AbstractDiffraxMethod
 from .._validate import (
     all_finite,
-    check_positive_number,
-    check_static_count,
-    describe,
-    is_traced,
 )
-from .common import events_result, guard_inputs, leading_mask, mask_invalid, nonfinite_code
-from .erk_loop import Controls, initial_step, solve_erk, supports
+from .common import events_result, leading_mask, mask_invalid, nonfinite_code
+from .erk_loop import solve_erk, supports
 from .families import Solved, SolveRequest, solves
+from .forward_jacobian import count_inputs, jvp_by_jacobian
+from .step_control import check_adaptive_request, prepare
 
 
-@solves(AbstractAdaptiveSolver)
-def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest) -> Solved:
+@solves(AbstractDiffraxMethod)
+def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) -> Solved:
     """Check the adaptive options of `request` and run diffrax (or the lean loop), with or
     without events."""
-    dt, adjoint, max_steps = request.dt, request.adjoint, request.max_steps
-    if request.steps_per_save is not None or request.checkpoint != "auto":
-        raise ValueError(
-            "steps_per_save and checkpoint apply to fixed-step solvers; an adaptive solver "
-            "chooses its steps (its derivatives are set by adjoint)"
-        )
-    check_positive_number("dt", dt)
-    check_static_count("max_steps", max_steps)
-    warn_unresolved_tolerance(solver, request.dtype)
-    _check_tolerance_shape(solver, request.y0)
-    if dt is not None and not is_traced(dt):
-        # an array, not a Python float: the jitted solve would treat a float as static and
-        # compile again for every new initial step
-        dt = jnp.asarray(dt, request.ts.dtype)
+    dt = check_adaptive_request(solver, request)
+    adjoint, max_steps = request.adjoint, request.max_steps
     if not (adjoint in ("auto", "checkpoint") or isinstance(adjoint, diffrax.AbstractAdjoint)):
         raise ValueError(
             f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
@@ -76,18 +60,8 @@ def solve_adaptive_family(solver: AbstractAdaptiveSolver, request: SolveRequest)
 
 
 def _prepare(solver, inner, model, y0, ts, dt0):
-    dtype = ts.dtype
-    rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
-    tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
-    valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok)
-    # replaced only when they are bad themselves: shared tolerances stay unbatched under vmap
-    rtol = jnp.where(tolerances_ok, rtol, 1e-3)
-    atol = jnp.where(tolerances_ok, atol, 1e-6)
-    dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    if dt0 is None:
-        dt0 = initial_step(inner, model.vector_field, ts[0], y0, rtol, atol)
-    dt0 = jnp.asarray(dt0, dtype)
-    return valid, model, y0, ts, Controls(rtol, atol, dtmin, dt0)
+    error_order = inner.order(diffrax.ODETerm(model.vector_field))
+    return prepare(solver, error_order, model, y0, ts, dt0)
 
 
 def _solve(model, y0, ts, controls, t_start, conditions, *, inner, max_steps, adjoint, directions):
@@ -281,7 +255,11 @@ def _diffeqsolve(
     # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
     # result code instead of being accepted with an error above the tolerance.
     controller = diffrax.PIDController(
-        rtol=controls.rtol, atol=controls.atol, dtmin=controls.dtmin, force_dtmin=False
+        rtol=controls.rtol,
+        atol=controls.atol,
+        dtmin=controls.dtmin,
+        dtmax=controls.dtmax,
+        force_dtmin=False,
     )
     t0, t1 = (ts[0], ts[-1]) if span is None else span
     event = None
@@ -404,7 +382,7 @@ def _solve_plain(model, y0, ts, controls, span, conditions, **options):
 @_diffeqsolve_any_order.def_jvp
 def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps, directions):
     options = dict(inner=inner, max_steps=max_steps, directions=directions)
-    if _count_inputs(tangents) <= JACOBIAN_INPUTS:
+    if count_inputs(tangents) <= JACOBIAN_INPUTS:
         return _jvp_by_jacobian(primals, tangents, **options)
 
     def solve(*args):
@@ -413,50 +391,16 @@ def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps, direction
     return eqx.filter_jvp(solve, primals, tangents)
 
 
-def _is_none(x) -> bool:
-    return x is None
-
-
-def _count_inputs(tangents) -> int:
-    return sum(t.size for t in jax.tree.leaves(tangents, is_leaf=_is_none) if t is not None)
-
-
 def _jvp_by_jacobian(primals, tangents, **options):
-    """The tangent of the solve as J·t, with J the Jacobian of its outputs with respect to its
-    differentiated inputs, taken by forward mode (one tangent per input, all carried through one
-    run of the loop, which also gives the primal).
+    """The tangent of the solve as J·t (`forward_jacobian.jvp_by_jacobian`), the Jacobian
+    carried by forward mode through the solve's own loop (diffrax's `ForwardMode` for the
+    solves that run in diffrax)."""
 
-    Why: JAX differentiates a `while_loop` forward natively but cannot transpose it, and a loop
-    whose length is only known at run time has no cheap transposable form (diffrax's
-    DirectAdjoint runs nested scans over `max_steps`, slow to compile and to run; its
-    RecursiveCheckpointAdjoint is a custom_vjp, which forward mode cannot enter). J·t is linear
-    in t with J computed from the primals alone, so JAX transposes it for reverse mode
-    (`jax.grad` is Jᵀ·ct) and differentiates the loop again forward for second order
-    (`jax.hessian` is forward over reverse). It costs one forward pass with as many tangents as
-    inputs, which for the few inputs of a fit or a parameter study is less than one reverse pass
-    through a checkpointed loop; the step sizes are held fixed under differentiation, as
-    diffrax's PID controller holds them, so J is the derivative diffrax's adjoints give."""
-    t_leaves, t_def = jax.tree.flatten(tangents, is_leaf=_is_none)
-    p_leaves = t_def.flatten_up_to(primals)
-    which = [i for i, t in enumerate(t_leaves) if t is not None]
-    x, unravel = ravel_pytree([p_leaves[i] for i in which])
-    t_flat, _ = ravel_pytree([t_leaves[i] for i in which])
+    def solve(*args):
+        segment = _solve_plain(*args, adjoint=diffrax.ForwardMode(), **options)
+        return (segment.ys, segment.t_final, segment.y_final), segment
 
-    def outputs(x):
-        leaves = list(p_leaves)
-        for i, leaf in zip(which, unravel(x)):
-            leaves[i] = leaf
-        segment = _solve_plain(*t_def.unflatten(leaves), adjoint=diffrax.ForwardMode(), **options)
-        inexact = (segment.ys, segment.t_final, segment.y_final)
-        return inexact, segment
-
-    def column(direction):  # (outputs, their tangent along `direction`, the segment)
-        return jax.jvp(outputs, (x,), (direction,), has_aux=True)
-
-    basis = jnp.eye(x.size, dtype=x.dtype)
-    _, jacobian, segment = jax.vmap(column, out_axes=(None, -1, None))(basis)
-    tangent_out = jax.tree.map(lambda j: j @ t_flat.astype(j.dtype), jacobian)
-    ys_t, t_final_t, y_final_t = tangent_out
+    segment, (ys_t, t_final_t, y_final_t) = jvp_by_jacobian(solve, primals, tangents)
     tangent = _Segment(
         ys=ys_t,
         code=None,
@@ -468,22 +412,3 @@ def _jvp_by_jacobian(primals, tangents, **options):
         event_occurred=None,
     )
     return segment, tangent
-
-
-def _check_tolerance_shape(solver, y0) -> None:
-    """An array `atol` has one tolerance per component of an array state (or broadcasts)."""
-    atol = solver.atol
-    if jnp.ndim(atol) == 0:
-        return
-    leaves = jax.tree.leaves(y0)
-    shape = leaves[0].shape if len(leaves) == 1 else None
-    try:
-        fits = shape is not None and np.broadcast_shapes(jnp.shape(atol), shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"{type(solver).__name__}(atol=...) has shape {jnp.shape(atol)}, which does not fit "
-            f"the state ({describe(y0)}): give a scalar, or one tolerance per component of an "
-            "array state"
-        )

@@ -24,6 +24,19 @@ from jaxtyping import Array, PyTree
 
 from .._results import RESULTS
 from .._solver.tableau import ButcherTableau, combine
+from .step_control import (
+    advance_time,
+    Controls,
+    empty_outputs,
+    end_floor,
+    error_ratio,
+    final_code,
+    first_step,
+    next_step,
+    save_dense,
+    scale_tree,
+    unfinished,
+)
 
 
 def supports(inner) -> bool:
@@ -31,47 +44,6 @@ def supports(inner) -> bool:
     return isinstance(inner, diffrax.AbstractERK) and isinstance(
         getattr(inner, "tableau", None), diffrax.ButcherTableau
     )
-
-
-def _rms(tree):
-    leaves = [jnp.abs(x) ** 2 for x in jax.tree.leaves(tree)]
-    total = sum(jnp.sum(x) for x in leaves)
-    return jnp.sqrt(total / sum(x.size for x in leaves))
-
-
-def _scale(f, tree):
-    return jax.tree.map(lambda x: f * x, tree)
-
-
-def initial_step(inner, vector_field, t0, y0, rtol, atol):
-    """The first step of an adaptive solve when none is given: Hairer's rule (Hairer, Nørsett &
-    Wanner, Solving ODEs I, II.4), as diffrax's `_select_initial_step` writes it. (diffrax 0.7
-    never applies that rule itself: it receives its terms wrapped, and starts every solve with
-    0.01 whatever the time scale. `simulate` passes this step to diffrax as well, so that
-    solves that run in diffrax take the same steps as the lean loop.)"""
-    error_order = inner.order(diffrax.ODETerm(vector_field))
-    f0 = vector_field(t0, y0)
-    scale = jax.tree.map(lambda y: atol + jnp.abs(y) * rtol, y0)
-    ratio = lambda a: jax.tree.map(lambda x, s: x / s, a, scale)  # noqa: E731
-    d0, d1 = _rms(ratio(y0)), _rms(ratio(f0))
-    small = (d0 < 1e-5) | (d1 < 1e-5)
-    h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1, d1)))
-    f1 = vector_field(t0 + h0, jax.tree.map(lambda y, k: y + h0 * k, y0, f0))
-    d2 = _rms(ratio(jax.tree.map(lambda a, b: a - b, f1, f0))) / h0
-    max_d = jnp.maximum(d1, d2)
-    h1 = jnp.where(
-        max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / max_d) ** (1 / error_order)
-    )
-    return lax.stop_gradient(jnp.minimum(100 * h0, h1).astype(jnp.result_type(t0)))
-
-
-class Controls(NamedTuple):
-    """The step-size controller's settings, traced (new ones do not recompile)."""
-
-    rtol: Array
-    atol: Array  # a scalar, or one tolerance per component of an array state
-    dtmin: Array | None  # the solve stops with step_size_collapsed below it
-    dt0: Array  # the first step
 
 
 class _State(NamedTuple):
@@ -98,18 +70,10 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
     error_order = inner.order(diffrax.ODETerm(vector_field))
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
-    n = ts.shape[0]
-    # diffrax rounds a step ending within 100 ULPs of t1 to end at t1 (it counts them down one
-    # by one; here from the spacing above t1: the same but at a power of two, twice as wide)
-    t1_fixed = lax.stop_gradient(t1)  # the spacing is a constant (nextafter has no derivative)
-    t1_floor = t1 - 100 * (jnp.nextafter(t1_fixed, jnp.array(jnp.inf, dtype)) - t1_fixed)
-
-    rtol, atol, dtmin = controls.rtol, controls.atol, controls.dtmin
+    t1_floor = end_floor(t1)
     f0 = vector_field(t0, y0)
-    dt0 = jnp.asarray(controls.dt0, dtype)
-    if dtmin is not None:
-        dt0 = jnp.maximum(dt0, dtmin)
-    ys = jax.tree.map(lambda y: jnp.full((n,) + y.shape, jnp.inf, y.dtype).at[0].set(y), y0)
+    dt0 = first_step(controls, dtype)
+    ys = empty_outputs(y0, ts.shape[0])
 
     def attempt(t, t_next, y, f_y):
         """One step of the pair: the new state, its error estimate, the stages (as increments
@@ -118,62 +82,28 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
         # stages as increments combined with unit weight, y + Σ a·(h f), as diffrax combines
         # them (scaling the sum by h instead moves accept decisions that sit at round-off, in
         # float32 near its epsilon, off diffrax's)
-        ks = [_scale(h, f_y)]
+        ks = [scale_tree(h, f_y)]
         for c, a in zip(tableau.c[1:], tableau.a):
-            ks.append(_scale(h, vector_field(t + c * h, combine(y, 1, a, ks))))
+            ks.append(scale_tree(h, vector_field(t + c * h, combine(y, 1, a, ks))))
         y1 = combine(y, 1, tableau.b, ks)
         error = combine(jax.tree.map(jnp.zeros_like, y), 1, tableau.b_error, ks)
         # the last stage of an FSAL pair is the vector field at y1
-        f_y1 = _scale(1 / h, ks[-1]) if tableau.fsal else vector_field(t_next, y1)
+        f_y1 = scale_tree(1 / h, ks[-1]) if tableau.fsal else vector_field(t_next, y1)
         return y1, error, ks, f_y1
 
     def step(state: _State) -> _State:
         t, t_next, y, f_y = state.t, state.t_next, state.y, state.f_y
         ys, saved, code = state.ys, state.saved, state.code
         y1, error, ks, f_y1 = attempt(t, t_next, y, f_y)
-        error = jax.tree.map(lambda e: jnp.where(jnp.isnan(e), jnp.inf, e), error)
-
-        def scaled(y, y1, e):
-            y1 = jnp.where(jnp.isnan(y1).any(), y, y1)
-            return e / (atol + jnp.maximum(jnp.abs(y), jnp.abs(y1)) * rtol)
-
-        scaled_error = _rms(jax.tree.map(scaled, y, y1, error))
-        keep = scaled_error < 1
-        factor = jnp.clip(
-            0.9 * (1 / scaled_error) ** (1 / error_order),
-            jnp.where(keep, 1.0, 0.2),
-            jnp.where(keep, 10.0, 0.9),
-        )
-        dt = lax.stop_gradient((t_next - t) * factor.astype(dtype))
-        if dtmin is not None:
-            code = jnp.where(dt < dtmin, RESULTS.step_size_collapsed, code)
-            dt = jnp.maximum(dt, dtmin)
-
-        if n == 2:  # only the final state is wanted: no save loop to run or compile
-            done = keep & (t_next >= t1)
-            ys = jax.tree.map(lambda buf, y: buf.at[1].set(jnp.where(done, y, buf[1])), ys, y1)
+        ratio = error_ratio(y, y1, error, controls)
+        keep, dt, code = next_step(t, t_next, ratio, error_order, controls, code)
+        if ts.shape[0] == 2:
+            evaluate = None  # only the final state is saved
         else:
             stages = jax.tree.map(lambda *k: jnp.stack(k), *ks)
-            dense = inner.interpolation_cls(t0=t, t1=t_next, y0=y, y1=y1, k=stages)
-
-            def save_more(carry):
-                index, _ = carry
-                return keep & (index < n) & (ts[jnp.minimum(index, n - 1)] <= t_next)
-
-            def save(carry):
-                index, ys = carry
-                t_save = ts[index]
-                value = dense.evaluate(t_save)
-                value = jax.tree.map(lambda a, b: jnp.where(t_save == t_next, a, b), y1, value)
-                return index + 1, jax.tree.map(lambda buf, v: buf.at[index].set(v), ys, value)
-
-            saved, ys = lax.while_loop(save_more, save, (saved, ys))
-
-        t_new = jnp.where(keep, t_next, t)
-        t_next_new = t_new + dt
-        t_next_new = jnp.where(
-            t_next_new > t1_floor, jnp.where(keep, t1, t_new + 0.5 * (t1 - t_new)), t_next_new
-        )
+            evaluate = inner.interpolation_cls(t0=t, t1=t_next, y0=y, y1=y1, k=stages).evaluate
+        saved, ys = save_dense(ts, keep, t_next, y1, saved, ys, evaluate)
+        t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
         select = lambda a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
         return _State(
             t=t_new,
@@ -187,12 +117,9 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
             code=code,
         )
 
-    def unfinished(state: _State):
-        return (
-            (state.t < t1)
-            & (state.accepted + state.rejected < max_steps)
-            & (state.code == RESULTS.successful)
-        )
+    def going(state: _State):
+        steps = state.accepted + state.rejected
+        return unfinished(state.t, t1, steps, max_steps, state.code)
 
     zero = jnp.array(0, jnp.int32)
     init = _State(
@@ -206,7 +133,5 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
         rejected=zero,
         code=jnp.array(RESULTS.successful, jnp.int32),
     )
-    final = lax.while_loop(unfinished, step, init)
-    unfinished_run = (final.code == RESULTS.successful) & (final.t < t1)
-    code = jnp.where(unfinished_run, RESULTS.max_steps_reached, final.code).astype(jnp.int32)
-    return final.ys, code, final.accepted, final.rejected
+    final = lax.while_loop(going, step, init)
+    return final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected

@@ -25,6 +25,7 @@ from .._validate import (
     probe_indices,
     to_device,
 )
+from .dae import check_consistent_start, check_mass_matrix
 from .families import solve_of, SolveRequest
 from .time_grid import check_ts
 
@@ -167,6 +168,8 @@ def simulate(
     _check_noise(model, solver, key)
     event_list = None if events is None else _prepared_events(events, solver, t0, y0)
     once(solver.check_model, model, t0, y0)
+    check_mass_matrix(model, y0, solver)
+    check_consistent_start(model, t0, y0, solver)
     request = SolveRequest(
         model=model,
         y0=y0,
@@ -355,7 +358,7 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Soluti
             message = (
                 f"the adaptive solver reached max_steps before the last output time: {precision}"
             )
-        elif solver.implicit:  # already a stiff solver: no use suggesting one
+        elif solver.stiff:  # already a stiff solver: no use suggesting one
             message = (
                 "the adaptive solver reached max_steps before the last output time: raise "
                 "max_steps or loosen rtol/atol"

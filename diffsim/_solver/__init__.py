@@ -1,5 +1,6 @@
 from .adaptive import (
     AbstractAdaptiveSolver as AbstractAdaptiveSolver,
+    AbstractDiffraxMethod as AbstractDiffraxMethod,
     Diffrax as Diffrax,
     Dopri5 as Dopri5,
     Dopri8 as Dopri8,
@@ -13,6 +14,12 @@ from .base import (
     SolverState as SolverState,
 )
 from .diffrax_sde import DiffraxSDE as DiffraxSDE
+from .rosenbrock import (
+    AbstractRosenbrock as AbstractRosenbrock,
+    Rodas5P as Rodas5P,
+    Rosenbrock23 as Rosenbrock23,
+    RosenbrockTableau as RosenbrockTableau,
+)
 from .runge_kutta import (
     AbstractRungeKutta as AbstractRungeKutta,
     Euler as Euler,

@@ -1,4 +1,6 @@
-"""Adaptive and stiff solvers, delegated to diffrax with a PID step-size controller.
+"""Adaptive solvers: the tolerances every adaptive family shares, and the methods whose steps
+are diffrax's (explicit pairs run by diffsim's lean loop, implicit ones by diffrax's loop), with a
+PID step-size controller.
 
 Tolerances are fields (traced), so changing `rtol`/`atol` does not recompile.
 """
@@ -23,10 +25,13 @@ _ANY_TERM = diffrax.ODETerm(lambda t, y, args: y)
 
 class AbstractAdaptiveSolver(AbstractSolver):
     """An adaptive solver: `rtol`, `atol` (traced), optional `dtmin` below which the solve stops
-    with `RESULTS.step_size_collapsed`.
+    with `RESULTS.step_size_collapsed`, optional `dtmax` above which no step is taken (for a
+    forcing the error estimate cannot see between steps, e.g. pulses of a periodic source:
+    a fraction of its period).
 
-    Every adaptive solver is built as `Solver(rtol=1e-6, atol=1e-9, dtmin=None)` (these are the
-    defaults; `ds.Diffrax(solver, rtol, atol, dtmin)` takes the diffrax solver first). A step is
+    Every adaptive solver is built as `Solver(rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None)`
+    (these are the defaults; `ds.Diffrax(solver, rtol, atol, dtmin, dtmax)` takes the diffrax
+    solver first). A step is
     accepted when the root mean square over the state's components of its error estimate
     divided by `atol + rtol·|y|` is at most 1 (diffrax's `PIDController`); `atol` may be an
     array with one tolerance per component. The tolerances are traced values, so new ones
@@ -35,11 +40,19 @@ class AbstractAdaptiveSolver(AbstractSolver):
     rtol: Array = eqx.field(default=1e-6, converter=as_parameter)
     atol: Array = eqx.field(default=1e-9, converter=as_parameter)
     dtmin: Array | None = eqx.field(default=None, converter=as_optional_parameter)
+    dtmax: Array | None = eqx.field(default=None, converter=as_optional_parameter)
 
     def __check_init__(self):
         check_parameter(self, "rtol", nonnegative=True, ndim=0, optional=False)
         check_parameter(self, "atol", nonnegative=True, optional=False)
         check_parameter(self, "dtmin", positive=True, ndim=0)
+        check_parameter(self, "dtmax", positive=True, ndim=0)
+        if not any(x is None or is_traced(x) for x in (self.dtmin, self.dtmax)):
+            if float(self.dtmin) > float(self.dtmax):
+                raise ValueError(
+                    f"{type(self).__name__}: dtmin={float(self.dtmin):g} is above "
+                    f"dtmax={float(self.dtmax):g}"
+                )
         if not (is_traced(self.rtol) or is_traced(self.atol)):
             if float(self.rtol) == 0 and bool(jnp.all(self.atol == 0)):
                 raise ValueError(f"{type(self).__name__}: rtol and atol cannot both be 0")
@@ -47,6 +60,12 @@ class AbstractAdaptiveSolver(AbstractSolver):
     adaptive: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     supports_events: ClassVar[bool] = True
+
+
+class AbstractDiffraxMethod(AbstractAdaptiveSolver):
+    """An adaptive solver whose method (stages, error estimate, dense output) is a diffrax
+    solver: explicit pairs are stepped by diffsim's lean loop, implicit ones and solves with
+    events by diffrax's `diffeqsolve`."""
 
     @abc.abstractmethod
     def to_diffrax(self) -> diffrax.AbstractSolver:
@@ -63,7 +82,7 @@ class AbstractAdaptiveSolver(AbstractSolver):
         return isinstance(self.to_diffrax(), diffrax.AbstractImplicitSolver)
 
 
-class Tsit5(AbstractAdaptiveSolver):
+class Tsit5(AbstractDiffraxMethod):
     """Tsitouras' 5(4) explicit Runge–Kutta pair, the default for non-stiff problems.
 
     Ch. Tsitouras, *Runge–Kutta pairs of order 5(4) satisfying only the first column simplifying
@@ -73,21 +92,21 @@ class Tsit5(AbstractAdaptiveSolver):
         return diffrax.Tsit5()
 
 
-class Dopri5(AbstractAdaptiveSolver):
+class Dopri5(AbstractDiffraxMethod):
     """Dormand–Prince 5(4) explicit Runge–Kutta pair (MATLAB's ode45)."""
 
     def to_diffrax(self):
         return diffrax.Dopri5()
 
 
-class Dopri8(AbstractAdaptiveSolver):
+class Dopri8(AbstractDiffraxMethod):
     """Dormand–Prince 8(7) explicit Runge–Kutta pair, for tight tolerances on smooth problems."""
 
     def to_diffrax(self):
         return diffrax.Dopri8()
 
 
-class Kvaerno5(AbstractAdaptiveSolver):
+class Kvaerno5(AbstractDiffraxMethod):
     """Kværnø's 5(4) ESDIRK method, L-stable, for stiff problems.
 
     A. Kværnø, *Singly diagonally implicit Runge–Kutta methods with an explicit first stage*,
@@ -97,13 +116,13 @@ class Kvaerno5(AbstractAdaptiveSolver):
         return diffrax.Kvaerno5()
 
 
-class Diffrax(AbstractAdaptiveSolver):
+class Diffrax(AbstractDiffraxMethod):
     """Any diffrax ODE solver with an embedded error estimate, e.g.
     `ds.Diffrax(diffrax.Kvaerno3(), rtol=1e-6)`."""
 
     solver: diffrax.AbstractSolver = eqx.field(default=None)
 
-    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None):
+    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None):
         if not isinstance(solver, diffrax.AbstractSolver):
             raise TypeError(f"ds.Diffrax(solver): expected a diffrax solver, got {solver!r}")
         if not isinstance(solver, diffrax.AbstractAdaptiveSolver):
@@ -115,6 +134,7 @@ class Diffrax(AbstractAdaptiveSolver):
         self.rtol = as_parameter(rtol)
         self.atol = as_parameter(atol)
         self.dtmin = as_optional_parameter(dtmin)
+        self.dtmax = as_optional_parameter(dtmax)
 
     def to_diffrax(self):
         return self.solver

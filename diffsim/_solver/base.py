@@ -29,12 +29,14 @@ class AbstractSolver(eqx.Module):
     - `adaptive`: the solver chooses its steps (tolerances); otherwise it takes a fixed `dt`.
     - `stochastic`: it solves stochastic models (`ds.AbstractSDE`) and needs a PRNG `key`.
     - `supports_events`: `simulate(..., events=...)` can locate events with it.
+    - `supports_mass_matrix`: it solves models with a mass matrix, M y' = f(t, y) (DAEs).
     """
 
     order: eqx.AbstractClassVar[int]
     adaptive: eqx.AbstractClassVar[bool]
     stochastic: eqx.AbstractClassVar[bool]
     supports_events: eqx.AbstractClassVar[bool]
+    supports_mass_matrix: ClassVar[bool] = False
 
     @property
     def needs_dt(self) -> bool:
@@ -46,6 +48,12 @@ class AbstractSolver(eqx.Module):
         """Whether each step solves a nonlinear system (its cost then varies with the Newton
         iterations, so it has no fixed count of function evaluations)."""
         return False
+
+    @property
+    def stiff(self) -> bool:
+        """Whether the method is made for stiff problems (implicit or linearly implicit):
+        there is no use suggesting a stiff solver when it fails."""
+        return self.implicit
 
     def check_model(self, model, t0, y0) -> None:
         """Raise a clear `TypeError` if this solver cannot step `model` (called once at trace
