@@ -23,6 +23,8 @@ ADAPTIVE_SOLVERS = [
     ds.Dopri5(rtol=1e-8, atol=1e-8),
     ds.Dopri8(rtol=1e-8, atol=1e-8),
     ds.Kvaerno5(rtol=1e-8, atol=1e-8),
+    ds.Rosenbrock23(rtol=1e-8, atol=1e-8),
+    ds.Rodas5P(rtol=1e-8, atol=1e-8),
 ]
 ALL_SOLVERS = FIXED_STEP_SOLVERS + ADAPTIVE_SOLVERS
 

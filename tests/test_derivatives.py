@@ -65,14 +65,18 @@ SOLVERS = [
     else eqx.tree_at(lambda s: (s.rtol, s.atol), s, (jnp.asarray(1e-10), jnp.asarray(1e-10)))
     for s in ALL_SOLVERS
 ]
-TSIT5, KVAERNO5 = SOLVERS[-4], SOLVERS[-1]
+TSIT5 = next(s for s in SOLVERS if isinstance(s, ds.Tsit5))
+KVAERNO5 = next(s for s in SOLVERS if isinstance(s, ds.Kvaerno5))
 # Dopri5 and Dopri8 take the same code path as Tsit5 (explicit diffrax solver, same adjoint) and
 # each costs ~50 s of compilation here: they run with the slow extras (pytest -m slow).
 # The Runge–Kutta tableaus other than RK4 (Euler, Heun, Midpoint, Ralston, RK38) run the same
 # `AbstractRungeKutta.step` and SymplecticEuler the same splitting code as Leapfrog/Yoshida4:
 # by default RK4, the higher-order splittings and the adaptive solvers run, the rest (~75 s of
 # compilation) with the slow extras.
+# The Rosenbrock methods' derivatives in every mode run by default in test_stiff.py (against a
+# closed form of a stiff problem); here they are slow extras.
 _SLOW_DERIVATIVES = (
+    ds.AbstractRosenbrock,
     ds.Dopri5,
     ds.Dopri8,
     ds.Euler,
