@@ -463,7 +463,8 @@ SWEEP_CONFIGS = [
         "unknown solver option",
         dict(solver='{ name = "Tsit5", tol = 1e-6 }', dt=None),
         None,
-        r"solver Tsit5 has no option\(s\) \['tol'\]; its options: \['rtol', 'atol', 'dtmin', 'dtmax'\]",
+        r"solver Tsit5 has no option\(s\) \['tol'\]; its options: "
+        r"\['rtol', 'atol', 'dtmin', 'dtmax'\]",
     ),
     (
         "unknown parameter",
