@@ -4,7 +4,7 @@ from .celestial import Kepler as Kepler, NBody as NBody
 from .chaos import Lorenz as Lorenz
 from .chemistry import EquilibriumReactor as EquilibriumReactor, Robertson as Robertson
 from .circuits import Rectifier as Rectifier
-from .fields import Heat1D as Heat1D
+from .fields import Heat1D as Heat1D, Nagumo1D as Nagumo1D
 from .mechanics import (
     BouncingBall as BouncingBall,
     DampedPendulum as DampedPendulum,

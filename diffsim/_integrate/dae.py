@@ -53,8 +53,21 @@ def check_mass_matrix(model, y0, solver) -> None:
         jnp.result_type(mass), jnp.integer
     ):
         raise TypeError(f"{name}.mass_matrix must hold real numbers, got {jnp.result_type(mass)}")
-    if not is_traced(mass) and not np.all(np.isfinite(np.asarray(mass))):
+    if is_traced(mass):
+        return
+    if not np.all(np.isfinite(np.asarray(mass))):
         raise ValueError(f"{name}.mass_matrix holds NaN or inf; it must be finite")
+    band = model.jacobian_bandwidth
+    if band is not None:
+        lower, upper = band
+        rows, cols = np.nonzero(np.asarray(mass))
+        outside = (cols - rows > upper) | (rows - cols > lower)
+        if np.any(outside):
+            raise ValueError(
+                f"{name}.mass_matrix has entries outside its jacobian_bandwidth {band} (e.g. "
+                f"M[{rows[outside][0]}, {cols[outside][0]}]): the banded solves of a stiff step "
+                "need M within the band; widen jacobian_bandwidth or return None"
+            )
 
 
 def _null_directions(mass):

@@ -27,6 +27,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from .adaptive import AbstractAdaptiveSolver
+from .banded import Banded, banded_jacobian, banded_mass, banded_solver
 
 
 class RosenbrockTableau(NamedTuple):
@@ -58,7 +59,7 @@ class Linearised(NamedTuple):
 
     f: object  # the flat vector field f(t, y) -> (n,)
     f0: Float[Array, " n"]  # f(t, y)
-    jacobian: Float[Array, "n n"]  # ∂f/∂y at (t, y)
+    jacobian: Float[Array, "n n"] | Banded  # ∂f/∂y at (t, y), dense or banded
     dfdt: Float[Array, " n"]  # ∂f/∂t at (t, y)
     mass: Float[Array, "n n"] | None  # M, None for an ODE (the identity)
 
@@ -74,9 +75,13 @@ def flat_field(model, unravel):
 
 def linearise(model, f, unravel, mass, t, y) -> Linearised:
     """f, ∂f/∂y and ∂f/∂t at (t, y) for the flat field `f`: one forward-mode pass with n + 1
-    tangents, or the model's own `jacobian` and one tangent for ∂f/∂t."""
+    tangents, or the model's own `jacobian` and one tangent for ∂f/∂t, or, for a model with a
+    `jacobian_bandwidth`, its band by colouring in bandwidth + 2 passes."""
     own = model.jacobian(t, unravel(y))
-    if own is None:
+    band = model.jacobian_bandwidth
+    if own is None and band is not None:
+        f0, jacobian, dfdt = banded_jacobian(f, jnp.asarray(t, y.dtype), y, *band)
+    elif own is None:
         n = y.shape[0]
 
         def g(z):
@@ -94,8 +99,14 @@ def linearise(model, f, unravel, mass, t, y) -> Linearised:
 
 def factorise(system: Linearised, h, gamma):
     """W⁻¹ for W = M/(hγ) − J, as a function of the right-hand side: one LU factorisation
-    (partial pivoting) serves every stage of the step."""
+    (partial pivoting) serves every stage of the step; a banded J keeps W banded
+    (`banded.banded_solver`)."""
     n = system.f0.shape[0]
+    jacobian = system.jacobian
+    if isinstance(jacobian, Banded):
+        mass = banded_mass(system.mass, jacobian.lower, jacobian.upper, n, system.f0.dtype)
+        w = mass.diagonals / (h * gamma) - jacobian.diagonals
+        return banded_solver(Banded(w, jacobian.lower, jacobian.upper))
     identity = jnp.eye(n, dtype=system.f0.dtype) if system.mass is None else system.mass
     factors = jsl.lu_factor(identity / (h * gamma) - system.jacobian)
     return lambda rhs: jsl.lu_solve(factors, rhs)
