@@ -71,6 +71,7 @@ from ._solver import (
     Ralston as Ralston,
     RK4 as RK4,
     RK38 as RK38,
+    Rodas4 as Rodas4,
     Rodas5P as Rodas5P,
     Rosenbrock23 as Rosenbrock23,
     RosenbrockTableau as RosenbrockTableau,

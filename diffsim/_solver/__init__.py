@@ -16,6 +16,7 @@ from .base import (
 from .diffrax_sde import DiffraxSDE as DiffraxSDE
 from .rosenbrock import (
     AbstractRosenbrock as AbstractRosenbrock,
+    Rodas4 as Rodas4,
     Rodas5P as Rodas5P,
     Rosenbrock23 as Rosenbrock23,
     RosenbrockTableau as RosenbrockTableau,

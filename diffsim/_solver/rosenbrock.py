@@ -364,3 +364,49 @@ class Rodas5P(AbstractRosenbrockTableau):
         b_error=(0.0,) * 7 + (1.0,),
         dense=_H5P,
     )
+
+
+# Hairer & Wanner's RODAS coefficients (Solving ODEs II, IV.7, Table 7.2, as their code RODAS
+# uses them), with the dense output of their continuous extension.
+_A4 = (
+    (1.544,),
+    (0.9466785280815826, 0.2557011698983284),
+    (3.314825187068521, 2.896124015972201, 0.9986419139977817),
+    (1.221224509226641, 6.019134481288629, 12.53708332932087, -0.687886036105895),
+)
+_C4 = (
+    (-5.6688,),
+    (-2.430093356833875, -0.2063599157091915),
+    (-0.1073529058151375, -9.594562251023355, -20.47028614809616),
+    (7.496443313967647, -10.24680431464352, -33.99990352819905, 11.7089089320616),
+    (8.083246795921522, -7.981132988064893, -31.52159432874371, 16.31930543123136)
+    + (-6.058818238834054,),
+)
+_H4 = (
+    (10.12623508344586, -7.487995877610167, -34.80091861555747, -7.992771707568823)
+    + (1.025137723295662, 0.0),
+    (-0.6762803392801253, 6.087714651680015, 16.43084320892478, 24.76722511418386)
+    + (-6.594389125716872, 0.0),
+)
+
+
+class Rodas4(AbstractRosenbrockTableau):
+    """Hairer & Wanner's RODAS: a stiffly accurate Rosenbrock method of order 4 (embedded
+    order 3) with 6 stages, one LU a step and a third-order dense output; cheaper per step than
+    `Rodas5P` (6 stages against 8), for moderate tolerances (rtol 1e-3 to 1e-6).
+
+    E. Hairer, G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed., Springer
+    (1996), IV.7."""
+
+    order: ClassVar[int] = 4
+    error_order: ClassVar[int] = 4
+    tableau = RosenbrockTableau(
+        gamma=0.25,
+        a=_A4 + (_A4[-1] + (1.0,),),
+        C=_C4,
+        c=(0.0, 0.386, 0.21, 0.63, 1.0, 1.0),
+        d=(0.25, -0.1043, 0.1035, -0.03620000000000023, 0.0, 0.0),
+        b=_A4[-1] + (1.0, 1.0),
+        b_error=(0.0,) * 5 + (1.0,),
+        dense=_H4,
+    )
