@@ -576,3 +576,24 @@ def test_mass_matrix_outside_the_band_is_refused():
     y0 = jnp.sin(jnp.pi * model.grid())
     with pytest.raises(ValueError, match=r"outside its jacobian_bandwidth \(1, 1\)"):
         ds.simulate(WithMass(n=16), y0, jnp.array([0.0, 0.1]), solver=ds.Rodas5P())
+
+
+def test_sweep_with_a_rosenbrock_solver_reports_inconsistent_members():
+    # ds.sweep runs the Rosenbrock loop unchanged; y0 is shared by the members, so over the
+    # equilibrium constant only the member whose K it was made consistent for succeeds and the
+    # others say why, per member; over the slow rate (not in the algebraic equation) all do.
+    model = models.EquilibriumReactor(equilibrium_constant=10.0)
+    y0 = ds.consistent_initial_state(model, jnp.array([1.0, 0.8, 0.0, 0.0]))
+    ts = jnp.array([0.0, 5.0, 20.0])
+    solver = ds.Rodas5P(rtol=1e-8, atol=1e-10)
+    rates = jnp.array([0.05, 0.1, 0.2])
+    by_rate = ds.sweep(model, {"rate": rates}, y0, ts, solver=solver, progress=False)
+    assert ds.sweep_summary(by_rate) == {"successful": 3}
+    one = ds.simulate(eqx.tree_at(lambda m: m.rate, model, rates[1]), y0, ts, solver=solver)
+    np.testing.assert_allclose(by_rate["y"].values[1], one.ys, rtol=1e-10, atol=1e-14)
+    constants = jnp.array([5.0, 10.0, 20.0])
+    with pytest.warns(UserWarning, match="2 of 3 members did not succeed"):
+        by_constant = ds.sweep(
+            model, {"equilibrium_constant": constants}, y0, ts, solver=solver, progress=False
+        )
+    assert ds.sweep_summary(by_constant) == {"successful": 1, "inconsistent_initial_state": 2}
