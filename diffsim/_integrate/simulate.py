@@ -39,7 +39,8 @@ class Solution(eqx.Module):
       non-finite values the solve produced.
     - `stats`: dict of int arrays: `num_steps` (accepted steps), `num_rejected_steps`, and
       `num_function_evals` (exact for fixed-step solvers; for explicit adaptive ones, attempted
-      steps × stages per step; absent where the count is not known: implicit solvers, whose
+      steps × stages per step; for Rosenbrock methods the same, besides one Jacobian per
+      attempted step; absent where the count is not known: implicit diffrax solvers, whose
       Newton iterations vary, and a `ds.DiffraxSDE` of a method it cannot count).
     - `result`: int32 code, `ds.RESULTS.successful` (0) when the solve succeeded.
 
@@ -95,7 +96,9 @@ def simulate(
       solve: the model's parameters and the times are cast to it, and `ys` keeps it.
     - `ts`: output times, shape `(times,)`, strictly increasing, at least two; `ts[0]` is t0.
     - `solver`: a diffsim solver, fixed-step (`ds.RK4()`, `ds.Leapfrog()`, …) or adaptive
-      (`ds.Tsit5(rtol=..., atol=...)`, `ds.Kvaerno5(...)`, `ds.Diffrax(...)`).
+      (`ds.Tsit5(rtol=..., atol=...)`; stiff: `ds.Rodas5P(...)`, `ds.Rosenbrock23(...)`,
+      `ds.Kvaerno5(...)`; `ds.Diffrax(...)`). A model with a `mass_matrix` (a DAE) needs a
+      Rosenbrock method and a consistent `y0` (`ds.consistent_initial_state`).
     - `dt`: fixed-step solvers: the step, which must divide every interval of `ts` into whole
       steps (needs a concrete `ts`, e.g. one closed over by your `jit`). Adaptive solvers: the
       initial step guess (default: chosen automatically).
@@ -128,8 +131,8 @@ def simulate(
     **Returns:** a `ds.Solution`.
 
     The time loop is `lax.scan` (fixed step; the number of steps is static, compile time does not
-    depend on it) or diffrax's bounded `while_loop` (adaptive). `simulate` composes with `jax.jit`,
-    `jax.vmap` and `jax.grad` applied from outside.
+    depend on it) or a bounded `while_loop` (adaptive: diffsim's own or diffrax's). `simulate`
+    composes with `jax.jit`, `jax.vmap` and `jax.grad` applied from outside.
 
     **Differentiation.** Every solver supports `jax.grad`, `jax.jacfwd`, `jax.jacrev`, `jax.jvp`,
     `jax.vjp` and `jax.hessian` with respect to model parameters, `y0` and `ts`, with the default
@@ -140,11 +143,13 @@ def simulate(
     `checkpoint=None` is faster when memory is no concern). Adaptive solves with up to 32
     differentiated inputs (parameters, `y0`, `ts` entries) are differentiated by their Jacobian:
     forward mode carries one tangent per input through the solve's own loop (the lean loop for
-    explicit pairs, diffrax's `ForwardMode` for the others), and the tangent J·t is transposed
+    explicit pairs and the Rosenbrock loop, diffrax's `ForwardMode` for the others), and the
+    tangent J·t is transposed
     for reverse mode and differentiated again for second order, so every order works with the
     step sizes held fixed, as diffrax holds them (experiments/bench/gradients.py measures the
     gradient against diffrax's default `RecursiveCheckpointAdjoint`). Above 32 inputs they run
-    through `diffrax.DirectAdjoint`. `adjoint="checkpoint"` selects diffrax's
+    through `diffrax.DirectAdjoint` (the Rosenbrock methods keep their Jacobian rule at any
+    number of inputs; its cost grows with them). `adjoint="checkpoint"` selects diffrax's
     `RecursiveCheckpointAdjoint`, reverse mode only, the better choice for many inputs (a neural
     vector field); forward mode then raises an error that names `adjoint="auto"`.
     """
