@@ -26,6 +26,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
+from . import small_lu
 from .adaptive import AbstractAdaptiveSolver
 from .banded import Banded, banded_jacobian, banded_mass, banded_solver
 
@@ -99,8 +100,8 @@ def linearise(model, f, unravel, mass, t, y) -> Linearised:
 
 def factorise(system: Linearised, h, gamma):
     """W⁻¹ for W = M/(hγ) − J, as a function of the right-hand side: one LU factorisation
-    (partial pivoting) serves every stage of the step; a banded J keeps W banded
-    (`banded.banded_solver`)."""
+    (partial pivoting; `small_lu` up to 8 unknowns, LAPACK above) serves every stage of the
+    step; a banded J keeps W banded (`banded.banded_solver`)."""
     n = system.f0.shape[0]
     jacobian = system.jacobian
     if isinstance(jacobian, Banded):
@@ -108,7 +109,11 @@ def factorise(system: Linearised, h, gamma):
         w = mass.diagonals / (h * gamma) - jacobian.diagonals
         return banded_solver(Banded(w, jacobian.lower, jacobian.upper))
     identity = jnp.eye(n, dtype=system.f0.dtype) if system.mass is None else system.mass
-    factors = jsl.lu_factor(identity / (h * gamma) - system.jacobian)
+    w = identity / (h * gamma) - system.jacobian
+    if n <= small_lu.SMALL_SYSTEM:
+        lu, perm = small_lu.factor(w)
+        return lambda rhs: small_lu.solve(lu, perm, rhs)
+    factors = jsl.lu_factor(w)
     return lambda rhs: jsl.lu_solve(factors, rhs)
 
 
