@@ -2,7 +2,11 @@
 
 from .celestial import Kepler as Kepler, NBody as NBody
 from .chaos import Lorenz as Lorenz
-from .chemistry import EquilibriumReactor as EquilibriumReactor, Robertson as Robertson
+from .chemistry import (
+    EquilibriumReactor as EquilibriumReactor,
+    HIRES as HIRES,
+    Robertson as Robertson,
+)
 from .circuits import Rectifier as Rectifier
 from .fields import Heat1D as Heat1D, Nagumo1D as Nagumo1D
 from .mechanics import (

@@ -58,3 +58,73 @@ class EquilibriumReactor(ds.AbstractODE):
         a, b, c = y[0], y[1], y[2]
         slow = self.rate * c
         return jnp.stack([-slow, -slow, self.equilibrium_constant * a * b - c, slow])
+
+
+class HIRES(ds.AbstractODE):
+    """HIRES ("High Irradiance RESponse"), Schäfer's model of the photomorphogenesis of plants
+    by phytochrome, a stiff test problem of 8 species (Hairer & Wanner, *Solving ODEs II*,
+    §IV.10; the IVP test set of Mazzia & Magherini):
+
+        y1' = −k1 y1 + k2 y2 + k3 y3 + o         y5' = −k9 y5 + k2 y6 + k2 y7
+        y2' =  k1 y1 − k5 y2                     y6' = −k10 y6 y8 + k11 y4 + k1 y5 − k2 y6 + k11 y7
+        y3' = −k6 y3 + k2 y4 + k7 y5             y7' =  k10 y6 y8 − k12 y7
+        y4' =  k3 y2 + k1 y3 − k8 y4             y8' = −k10 y6 y8 + k12 y7
+
+    with k1 = 1.71, k2 = 0.43, k3 = 8.32, k5 = 8.75, k6 = 10.03, k7 = 0.035, k8 = 1.12,
+    k9 = 1.745, k10 = 280, k11 = 0.69, k12 = 1.81 (1/time; k10 per concentration and time) and
+    the source o = 0.0007. The usual run: y0 = (1, 0, 0, 0, 0, 0, 0, 0.0057) (`initial_state`)
+    over t in [0, 321.8122], whose end state is a published reference (`reference_state`)."""
+
+    k1: Array = ds.parameter(1.71, positive=True, ndim=0)
+    k2: Array = ds.parameter(0.43, positive=True, ndim=0)
+    k3: Array = ds.parameter(8.32, positive=True, ndim=0)
+    k5: Array = ds.parameter(8.75, positive=True, ndim=0)
+    k6: Array = ds.parameter(10.03, positive=True, ndim=0)
+    k7: Array = ds.parameter(0.035, positive=True, ndim=0)
+    k8: Array = ds.parameter(1.12, positive=True, ndim=0)
+    k9: Array = ds.parameter(1.745, positive=True, ndim=0)
+    k10: Array = ds.parameter(280.0, positive=True, ndim=0)
+    k11: Array = ds.parameter(0.69, positive=True, ndim=0)
+    k12: Array = ds.parameter(1.81, positive=True, ndim=0)
+    source: Array = ds.parameter(0.0007, nonnegative=True, ndim=0)
+
+    state_names = ("y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8")
+    end_time = 321.8122
+
+    def vector_field(self, t, y, args=None):
+        y1, y2, y3, y4, y5, y6, y7, y8 = (y[i] for i in range(8))
+        binding = self.k10 * y6 * y8
+        return jnp.stack(
+            [
+                -self.k1 * y1 + self.k2 * y2 + self.k3 * y3 + self.source,
+                self.k1 * y1 - self.k5 * y2,
+                -self.k6 * y3 + self.k2 * y4 + self.k7 * y5,
+                self.k3 * y2 + self.k1 * y3 - self.k8 * y4,
+                -self.k9 * y5 + self.k2 * y6 + self.k2 * y7,
+                -binding + self.k11 * y4 + self.k1 * y5 - self.k2 * y6 + self.k11 * y7,
+                binding - self.k12 * y7,
+                -binding + self.k12 * y7,
+            ]
+        )
+
+    @staticmethod
+    def initial_state(dtype=None):
+        """y0 = (1, 0, 0, 0, 0, 0, 0, 0.0057)."""
+        return jnp.array([1.0, 0, 0, 0, 0, 0, 0, 0.0057], dtype=dtype)
+
+    @staticmethod
+    def reference_state():
+        """y(321.8122) from the IVP test set (Mazzia & Magherini), computed with RADAU5 at
+        tolerances near round-off."""
+        return jnp.array(
+            [
+                0.7371312573325668e-3,
+                0.1442485726316185e-3,
+                0.5888729740967575e-4,
+                0.1175651343283149e-2,
+                0.2386356198831331e-2,
+                0.6238968252742796e-2,
+                0.2849998395185769e-2,
+                0.2850001604814231e-2,
+            ]
+        )
