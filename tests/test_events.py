@@ -45,6 +45,8 @@ TS = jnp.linspace(0.0, 4.0, 81)
 SOLVERS = {
     "RK4": dict(solver=ds.RK4(), dt=0.01),
     "Tsit5": dict(solver=ds.Tsit5(rtol=1e-10, atol=1e-12)),
+    # events in diffsim's own adaptive loop, located on the method's dense output
+    "Rodas5P": dict(solver=ds.Rodas5P(rtol=1e-10, atol=1e-12)),
 }
 
 

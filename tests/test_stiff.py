@@ -498,8 +498,6 @@ def test_options_rosenbrock_solvers_do_not_take():
     y0, ts = jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0])
     with pytest.raises(ValueError, match="adjoint='auto'"):
         ds.simulate(model, y0, ts, solver=ds.Rodas5P(), adjoint="checkpoint")
-    with pytest.raises(NotImplementedError, match="does not support events"):
-        ds.simulate(model, y0, ts, solver=ds.Rodas5P(), events=ds.Event(lambda t, y: y[0] - 0.5))
     with pytest.raises(ValueError, match="dtmin=.* is above dtmax"):
         ds.Rodas5P(dtmin=1.0, dtmax=0.1)
 

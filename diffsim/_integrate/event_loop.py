@@ -208,13 +208,20 @@ def _hermite(theta, h, y0, f0, y1, f1):
 
 def _locate(model, events, t, y, h, y1, g0, g1, hits):
     """The earliest event in the step [t, t + h] (ties: the first in `events` order) as
-    (index, time, interpolated state)."""
+    (index, time, interpolated state), on the cubic Hermite interpolant of the step."""
     f0 = model.vector_field(t, y)
     f1 = model.vector_field(t + h, y1)
 
     def state(theta):
         return _hermite(theta, h, y, f0, y1, f1)
 
+    return locate(events, t, h, state, g0, g1, hits)
+
+
+def locate(events, t, h, state, g0, g1, hits):
+    """The earliest event in the step [t, t + h] (ties: the first in `events` order) as
+    (index, time, state there), on the step's interpolant `state(theta)`, theta in [0, 1]:
+    Illinois bracketing to round-off, then Newton steps that carry the derivatives."""
     thetas = []
     for i, event in enumerate(events):
 

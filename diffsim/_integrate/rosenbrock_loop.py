@@ -12,16 +12,19 @@ runs through the Jacobian, the LU and the stages, and the step sizes are held fi
 from typing import NamedTuple
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
+from .._events import crossed, evaluate, EventTable, Records
 from .._results import RESULTS
 from .._solver.rosenbrock import AbstractRosenbrock, factorise, flat_field, linearise
-from .common import mask_invalid, nonfinite_code
+from .common import events_result, mask_invalid, nonfinite_code
 from .dae import consistency_error, mass_matrix_of
+from .event_loop import locate
 from .families import Solved, SolveRequest, solves
 from .forward_jacobian import jvp_by_jacobian
 from .step_control import (
@@ -54,21 +57,33 @@ def solve_rosenbrock_family(solver: AbstractRosenbrock, request: SolveRequest) -
             f"{type(solver).__name__} solves real states: split a complex state into its real "
             "and imaginary parts"
         )
-    return _solve(solver, request.model, request.y0, request.ts, dt, max_steps=request.max_steps)
+    return _solve(
+        solver,
+        request.model,
+        request.y0,
+        request.ts,
+        dt,
+        request.events,
+        max_steps=request.max_steps,
+    )
 
 
 @eqx.filter_jit
-def _solve(solver, model, y0, ts, dt0, *, max_steps: int):
+def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int):
     valid, model, y0, ts, controls = prepare(solver, solver.error_order, model, y0, ts, dt0)
     if model.mass_matrix is not None:
         # an inconsistent start is refused with its own code (simulate checks it eagerly too)
         consistent = consistency_error(model, ts[0], y0, controls.rtol, controls.atol) <= 1
     else:
         consistent = jnp.array(True)
-    out = _rosenbrock_any_order(solver, model, y0, ts, controls, max_steps=max_steps)
-    code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
-    code = jnp.where(consistent, code, RESULTS.inconsistent_initial_state)
-    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+    out = _rosenbrock_any_order(solver, model, y0, ts, controls, events, max_steps=max_steps)
+    valid = valid & consistent
+    if events is None:
+        code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
+        result = jnp.where(valid, code, RESULTS.invalid_input)
+    else:
+        result = events_result(valid, out.ys, out.reached, out.code)
+    result = jnp.where(consistent, result, RESULTS.inconsistent_initial_state).astype(jnp.int32)
     attempts = out.accepted + out.rejected
     stats = {
         "num_steps": out.accepted,
@@ -76,29 +91,47 @@ def _solve(solver, model, y0, ts, dt0, *, max_steps: int):
         # vector field evaluations of the stages (each attempt also takes one Jacobian)
         "num_function_evals": attempts * solver.stages,
     }
-    return Solved(mask_invalid(valid & consistent, out.ys), stats, result)
+    if events is None:
+        return Solved(mask_invalid(valid, out.ys), stats, result)
+    stats["num_events"] = jnp.sum(out.records.counts, dtype=jnp.int32)
+    return Solved(
+        ys=mask_invalid(valid, out.ys),
+        stats=stats,
+        result=result,
+        reached=out.reached & valid,
+        records=out.records,
+    )
 
 
 class _Out(NamedTuple):
-    ys: PyTree  # the states at ts (inf where not reached)
+    ys: PyTree  # the states at ts (inf where not reached; NaN with events)
     code: Array  # int32 RESULTS code
     accepted: Array  # int32
     rejected: Array  # int32
+    records: Records | None = None  # with events: every occurrence
+    reached: Array | None = None  # with events: bool (times,), False after a terminal event
 
 
 @eqx.filter_custom_jvp
-def _rosenbrock_any_order(solver, model, y0, ts, controls, *, max_steps):
-    return _loop(solver, model, y0, ts, controls, max_steps=max_steps)
+def _rosenbrock_any_order(solver, model, y0, ts, controls, events, *, max_steps):
+    return _loop(solver, model, y0, ts, controls, events, max_steps=max_steps)
 
 
 @_rosenbrock_any_order.def_jvp
 def _rosenbrock_any_order_jvp(primals, tangents, *, max_steps):
     def solve(*args):
         out = _loop(*args, max_steps=max_steps)
-        return out.ys, out
+        times = None if out.records is None else (out.records.times, out.records.states)
+        return (out.ys, times), out
 
-    out, ys_tangent = jvp_by_jacobian(solve, primals, tangents)
-    return out, _Out(ys=ys_tangent, code=None, accepted=None, rejected=None)
+    out, (ys_tangent, times_tangent) = jvp_by_jacobian(solve, primals, tangents)
+    records = None
+    if out.records is not None:
+        records = Records(times=times_tangent[0], states=times_tangent[1], counts=None)
+    tangent = _Out(
+        ys=ys_tangent, code=None, accepted=None, rejected=None, records=records, reached=None
+    )
+    return out, tangent
 
 
 class _State(NamedTuple):
@@ -112,15 +145,22 @@ class _State(NamedTuple):
     accepted: Array  # int32
     rejected: Array  # int32
     code: Array  # int32 RESULTS code
+    # with events (else None): the condition values the next crossing test starts from,
+    # every occurrence so far, and whether the member has stopped (a terminal event)
+    g: tuple | None = None
+    records: Records | None = None
+    done: Array | None = None
 
 
-def _loop(solver, model, y0, ts, controls: Controls, *, max_steps: int) -> _Out:
+def _loop(solver, model, y0, ts, controls: Controls, events, *, max_steps: int) -> _Out:
     y0_flat, unravel = ravel_pytree(y0)
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
     t1_floor = end_floor(t1)
     f = flat_field(model, unravel)
     mass = mass_matrix_of(model, y0_flat.shape[0], dtype)
+    table = None if events is None else EventTable(events)
+    time_scale = jnp.maximum(jnp.abs(t1), t1 - t0)
 
     def step(state: _State) -> _State:
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
@@ -130,25 +170,42 @@ def _loop(solver, model, y0, ts, controls: Controls, *, max_steps: int) -> _Out:
         ratio = error_ratio(y, y1, error, controls)
         keep, dt, code = next_step(t, t_next, ratio, solver.error_order, controls, code)
 
-        def evaluate(t_save):
-            return unravel(solver.interpolate(dense, y, y1, (t_save - t) / h))
+        def interpolate(theta):
+            return unravel(solver.interpolate(dense, y, y1, theta))
 
-        saved, ys = save_dense(ts, keep, t_next, unravel(y1), state.saved, state.ys, evaluate)
-        t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
+        def evaluate_at(t_save):
+            return interpolate((t_save - t) / h)
+
+        if table is None:
+            saved, ys = save_dense(
+                ts, keep, t_next, unravel(y1), state.saved, state.ys, evaluate_at
+            )
+            t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
+            y_new, extra = jnp.where(keep, y1, y), {}
+        else:
+            found = _event_in_step(table, model, t, h, interpolate, state, keep, y1, unravel)
+            t_end, y_end, y_after, g_new, records, stop, code = found(code, time_scale)
+            saved, ys = save_dense(ts, keep, t_end, y_end, state.saved, state.ys, evaluate_at)
+            t_new, t_next_new = advance_time(keep, t, t_end, dt, t1, t1_floor)
+            y_new = jnp.where(keep, ravel_pytree(y_after)[0], y)
+            done = state.done | stop | (keep & (t_new >= t1))
+            extra = dict(g=g_new, records=records, done=done)
         return _State(
             t=t_new,
             t_next=t_next_new,
-            y=jnp.where(keep, y1, y),
+            y=y_new,
             ys=ys,
             saved=saved,
             accepted=state.accepted + keep.astype(jnp.int32),
             rejected=state.rejected + (~keep).astype(jnp.int32),
             code=code,
+            **extra,
         )
 
     def going(state: _State):
         steps = state.accepted + state.rejected
-        return unfinished(state.t, t1, steps, max_steps, state.code)
+        more = unfinished(state.t, t1, steps, max_steps, state.code)
+        return more if state.done is None else more & ~state.done
 
     zero = jnp.array(0, jnp.int32)
     init = _State(
@@ -161,5 +218,61 @@ def _loop(solver, model, y0, ts, controls: Controls, *, max_steps: int) -> _Out:
         rejected=zero,
         code=jnp.array(RESULTS.successful, jnp.int32),
     )
+    if table is not None:
+        g0, untracked, code0 = table.start(model, t0, y0, time_scale)
+        # outputs after a terminal event are NaN, as in the other event loops
+        ys = jax.tree.map(lambda b: jnp.where(jnp.isinf(b), jnp.nan, b), init.ys)
+        init = init._replace(
+            ys=ys, code=code0, g=g0, records=Records.empty(events, y0, dtype), done=untracked
+        )
     final = lax.while_loop(going, step, init)
-    return _Out(final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected)
+    if table is None:
+        return _Out(final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected)
+    stopped_early = final.done & (final.t < t1)  # a terminal event (or a limit) ended it
+    code = jnp.where(stopped_early, final.code, final_code(final.t, t1, final.code))
+    reached = jnp.arange(ts.shape[0], dtype=jnp.int32) < final.saved
+    return _Out(final.ys, code, final.accepted, final.rejected, final.records, reached)
+
+
+def _event_in_step(table, model, t, h, interpolate, state: _State, keep, y1, unravel):
+    """The event logic of an attempted step from t to t + h (a function of the result code
+    and the time scale): whether an accepted step crossed an event's condition, the earliest
+    crossing located on the method's dense output, its record and reset.
+
+    Returns (where the step ends: the event or t + h; the state there before a reset, and
+    after it; the condition values the next test starts from; the records; whether the
+    member stops; the code)."""
+    events = table.events
+    t_next = t + h
+    y1_tree = unravel(y1)
+
+    def found(code, time_scale):
+        g1 = tuple(evaluate(e, t_next, y1_tree) for e in events)
+        counts = state.records.counts
+        watched = table.watched(counts)
+        live = ~state.done & keep
+        hits = [live & crossed(e, state.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
+        any_hit = jnp.any(jnp.stack(hits))
+        plain = (t_next, y1_tree, y1_tree, g1, jnp.array(0, jnp.int32))
+
+        def event():
+            which, t_ev, y_ev = locate(events, t, h, interpolate, state.g, g1, hits)
+            over = table.over_limit(any_hit, which, counts)
+            y_after = table.after(which, ~over, t_ev, y_ev)
+            g_after = table.restart(model, t_ev, y_after, time_scale)
+            located = (t_ev, y_ev, y_after, g_after, which)
+            return jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
+
+        # the root finding only runs on steps where some member crossed
+        t_end, y_end, y_after, g_new, which = lax.cond(
+            eqxi.unvmap_any(any_hit), event, lambda: plain
+        )
+        over = table.over_limit(any_hit, which, counts)
+        records = state.records.add(which, any_hit & ~over, t_end, y_end, events)
+        lost = live & table.lost(g1, y1_tree)
+        stop = table.stops(any_hit, which, over) | lost
+        code = jnp.where(live, table.code(code, over, lost), code)
+        g_new = tuple(jnp.where(keep, a, b) for a, b in zip(g_new, state.g))
+        return t_end, y_end, y_after, g_new, records, stop, code
+
+    return found

@@ -138,9 +138,10 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     see `ds.AbstractODE`). The Jacobian ∂f/∂y is the model's `jacobian(t, y)` when it defines
     one, else `jax.jacfwd` of the vector field; one LU factorisation of W = M/(hγ) − J per step.
     Derivatives of a solve in every mode through the forward-mode Jacobian of the loop (as for
-    the explicit pairs). Not supported: events, stochastic models."""
+    the explicit pairs). Events are located on the method's dense output inside accepted
+    steps (`simulate(..., events=...)`). Not supported: stochastic models."""
 
-    supports_events: ClassVar[bool] = False
+    supports_events: ClassVar[bool] = True
     supports_mass_matrix: ClassVar[bool] = True
     order: ClassVar[int]
     # the exponent of the step-size controller is 1/error_order: the error estimate is the
