@@ -137,7 +137,12 @@ def _robertson_reference(ts: tuple):
 ROBERTSON_TS = jnp.array([0.0, 0.4, 40.0, 4e3, 4e5, 4e7, 4e9, 1e11])
 
 
-@pytest.mark.parametrize("solver", [ds.Rosenbrock23(rtol=1e-4), ds.Rodas5P(rtol=1e-7)], ids=_id)
+# Rosenbrock23 (~14 s, its reference in HIRES below) runs with the slow extras
+@pytest.mark.parametrize(
+    "solver",
+    [pytest.param(ds.Rosenbrock23(rtol=1e-4), marks=pytest.mark.slow), ds.Rodas5P(rtol=1e-7)],
+    ids=_id,
+)
 def test_robertson_to_1e11(solver):
     # Hairer & Wanner's long run: y2 falls to ~1e-16, y1 to ~1e-10 by t = 1e11. Error per
     # component relative to its size, against Radau at rtol 1e-12: within 10x the requested
@@ -227,7 +232,7 @@ def _rectifier_reference(model, ts):
 
 def test_rectifier_against_the_eliminated_ode():
     model = models.Rectifier()
-    ts = jnp.linspace(0.0, 0.06, 121)  # three periods of the 50 Hz source
+    ts = jnp.linspace(0.0, 0.04, 81)  # two periods of the 50 Hz source
     v_a, v_b = _rectifier_reference(model, ts)
     y0 = ds.consistent_initial_state(model, jnp.array([0.3, 0.0]))  # v_a = V_s(0) = 0
     np.testing.assert_allclose(y0, [0.0, 0.0], atol=1e-12)
@@ -300,8 +305,15 @@ def _relaxation_exact(k, y0, t):
     return y0 * decay + k / (k**2 + 1) * (k * jnp.sin(t) - jnp.cos(t) + decay)
 
 
+# Rosenbrock23 differs from Rodas5P only in its step (the loop and the derivative rule are
+# shared): ~20 s, a slow extra
 @pytest.mark.parametrize(
-    "solver", [ds.Rosenbrock23(rtol=1e-9, atol=1e-12), ds.Rodas5P(rtol=1e-10, atol=1e-12)], ids=_id
+    "solver",
+    [
+        pytest.param(ds.Rosenbrock23(rtol=1e-9, atol=1e-12), marks=pytest.mark.slow),
+        ds.Rodas5P(rtol=1e-10, atol=1e-12),
+    ],
+    ids=_id,
 )
 def test_derivatives_every_mode_against_the_closed_form(solver):
     # θ = (k, y0, t1): the closed form differentiated by JAX is the reference. Tolerance 1e-6
@@ -363,8 +375,8 @@ def test_dae_gradient_against_finite_differences():
     np.testing.assert_allclose(gradient, central, rtol=1e-6)
 
 
-def test_sensitivity_and_a_stiff_fit_work_unchanged():
-    # ds.sensitivity and ds.fit call simulate as for any solver: Robertson's k1 and k3 fitted
+def test_a_stiff_fit_works_unchanged():
+    # ds.fit calls simulate as for any solver: Robertson's k1 and k3 fitted
     # from a neutral start to data simulated at the published values.
     ts = jnp.array([0.0, 0.4, 4.0, 40.0, 400.0])
     y0 = jnp.array([1.0, 0.0, 0.0])
@@ -382,8 +394,6 @@ def test_sensitivity_and_a_stiff_fit_work_unchanged():
         t0=0.0,  # y0 is the state at t = 0, before the first observation
     )
     np.testing.assert_allclose([result.params["k1"], result.params["k3"]], [0.04, 1e4], rtol=1e-4)
-    sens = ds.sensitivity(truth, y0, ts, solver=solver, wrt=("k1",))
-    assert np.all(np.isfinite(np.asarray(jax.tree.leaves(sens)[0])))
 
 
 def test_vmap_members_with_very_different_step_counts():
@@ -527,14 +537,15 @@ def test_banded_jacobian_equals_the_dense_one():
     f = flat_field(model, lambda y: y)
     # jitted: eagerly, each small operation of the colouring would dispatch on its own
     f0, band, dfdt = jax.jit(lambda y: banded_jacobian(f, jnp.asarray(0.3), y, 1, 1))(y)
-    np.testing.assert_allclose(band.dense(), jax.jacfwd(lambda y: f(0.3, y))(y), rtol=1e-14)
+    dense = jax.jit(jax.jacfwd(lambda y: f(0.3, y)))(y)
+    np.testing.assert_allclose(band.dense(), dense, rtol=1e-14)
     np.testing.assert_allclose(f0, f(0.3, y), rtol=1e-15)
     np.testing.assert_array_equal(dfdt, 0.0)  # autonomous
 
 
 def test_heat_with_the_band_equals_the_dense_solve_and_the_exact_decay():
     # two Fourier modes, each decaying at its exact discrete rate
-    n = 200
+    n = 64
     model = models.Heat1D(diffusivity=0.1, n=n)
     x = model.grid()
     y0 = jnp.sin(jnp.pi * x) + 0.3 * jnp.sin(3 * jnp.pi * x)
@@ -594,20 +605,17 @@ def test_mass_matrix_outside_the_band_is_refused():
 
 def test_sweep_with_a_rosenbrock_solver_reports_inconsistent_members():
     # ds.sweep runs the Rosenbrock loop unchanged; y0 is shared by the members, so over the
-    # equilibrium constant only the member whose K it was made consistent for succeeds and the
-    # others say why, per member; over the slow rate (not in the algebraic equation) all do.
+    # equilibrium constant only the member whose K it was made consistent for succeeds (and
+    # equals its own simulation) and the others say why, per member.
     model = models.EquilibriumReactor(equilibrium_constant=10.0)
     y0 = ds.consistent_initial_state(model, jnp.array([1.0, 0.8, 0.0, 0.0]))
     ts = jnp.array([0.0, 5.0, 20.0])
     solver = ds.Rodas5P(rtol=1e-8, atol=1e-10)
-    rates = jnp.array([0.05, 0.1, 0.2])
-    by_rate = ds.sweep(model, {"rate": rates}, y0, ts, solver=solver, progress=False)
-    assert ds.sweep_summary(by_rate) == {"successful": 3}
-    one = ds.simulate(eqx.tree_at(lambda m: m.rate, model, rates[1]), y0, ts, solver=solver)
-    np.testing.assert_allclose(by_rate["y"].values[1], one.ys, rtol=1e-10, atol=1e-14)
     constants = jnp.array([5.0, 10.0, 20.0])
     with pytest.warns(UserWarning, match="2 of 3 members did not succeed"):
         by_constant = ds.sweep(
             model, {"equilibrium_constant": constants}, y0, ts, solver=solver, progress=False
         )
     assert ds.sweep_summary(by_constant) == {"successful": 1, "inconsistent_initial_state": 2}
+    one = ds.simulate(model, y0, ts, solver=solver)
+    np.testing.assert_allclose(by_constant["y"].values[1], one.ys, rtol=1e-10, atol=1e-14)
