@@ -99,9 +99,9 @@ def linearise(model, f, unravel, mass, t, y) -> Linearised:
 
 
 def factorise(system: Linearised, h, gamma):
-    """W⁻¹ for W = M/(hγ) − J, as a function of the right-hand side: one LU factorisation
-    (partial pivoting; `small_lu` up to 8 unknowns, LAPACK above) serves every stage of the
-    step; a banded J keeps W banded (`banded.banded_solver`)."""
+    """W⁻¹ for W = M/(hγ) − J, as a function of the right-hand side: one factorisation
+    (partial pivoting; `small_lu`'s inverse up to 8 unknowns, LAPACK's LU above) serves every
+    stage of the step; a banded J keeps W banded (`banded.banded_solver`)."""
     n = system.f0.shape[0]
     jacobian = system.jacobian
     if isinstance(jacobian, Banded):
@@ -111,8 +111,8 @@ def factorise(system: Linearised, h, gamma):
     identity = jnp.eye(n, dtype=system.f0.dtype) if system.mass is None else system.mass
     w = identity / (h * gamma) - system.jacobian
     if n <= small_lu.SMALL_SYSTEM:
-        lu, perm = small_lu.factor(w)
-        return lambda rhs: small_lu.solve(lu, perm, rhs)
+        inverse = small_lu.inverse(w)
+        return lambda rhs: inverse @ rhs
     factors = jsl.lu_factor(w)
     return lambda rhs: jsl.lu_solve(factors, rhs)
 
