@@ -80,6 +80,7 @@ from ._solver import (
     Yoshida4 as Yoshida4,
 )
 from ._sweep.samples import Samples as Samples
+from ._sweep.sobol import sobol as sobol
 from ._sweep.store import SweepStoreError as SweepStoreError
 from ._sweep.sweep import open_sweep as open_sweep, sweep as sweep, sweep_summary as sweep_summary
 

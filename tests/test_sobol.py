@@ -1,0 +1,104 @@
+"""`ds.sobol`: Sobol' indices against closed forms (the Ishigami function, an additive linear
+function), through simulate and sweep, and the errors for bad input."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+
+A, B = 7.0, 0.1  # Ishigami's usual constants
+PI = np.pi
+
+
+def _ishigami(t, y, p):
+    """dy/dt = Ishigami(x): y(1) from y(0) = 0 is the function itself (Euler with dt = 1 is
+    exact for a constant rate), so the quantity goes through simulate and sweep."""
+    x1, x2, x3 = p["x1"], p["x2"], p["x3"]
+    value = jnp.sin(x1) + A * jnp.sin(x2) ** 2 + B * x3**4 * jnp.sin(x1)
+    return jnp.zeros_like(y) + value
+
+
+def _ishigami_model(x1, x2, x3):
+    return ds.ODE(_ishigami, {"x1": x1, "x2": x2, "x3": x3})
+
+
+def _final(solution):
+    return solution.ys[-1, 0]
+
+
+BOX = {"x1": (-PI, PI), "x2": (-PI, PI), "x3": (-PI, PI)}
+OPTIONS = dict(solver=ds.Euler(), dt=1.0, reduce=_final, progress=False)
+
+
+def test_ishigami_indices_against_the_closed_form():
+    # Exact (Sobol' & Levitan; Saltelli et al. 2008): V = a²/8 + bπ⁴/5 + b²π⁸/18 + 1/2,
+    # V1 = (1 + bπ⁴/5)²/2, V2 = a²/8, V3 = 0, VT3 = 8b²π⁸/225, VT1 = V1 + VT3.
+    variance = A**2 / 8 + B * PI**4 / 5 + B**2 * PI**8 / 18 + 0.5
+    v1, v2, vt3 = 0.5 * (1 + B * PI**4 / 5) ** 2, A**2 / 8, 8 * B**2 * PI**8 / 225
+    first = np.array([v1, v2, 0.0]) / variance
+    total = np.array([v1 + vt3, v2, vt3]) / variance
+    result = ds.sobol(
+        _ishigami_model, BOX, jnp.zeros(1), jnp.array([0.0, 1.0]), **OPTIONS, base_samples=2**14
+    )
+    assert result.attrs["simulations"] == 2**14 * 5
+    np.testing.assert_allclose(result.attrs["variance"], variance, rtol=0.02)
+    # the issue's criteria: within 0.02 of the exact values at 2^14 base samples, and inside
+    # the 95% bootstrap intervals
+    np.testing.assert_allclose(result["first_order"], first, atol=0.02)
+    np.testing.assert_allclose(result["total"], total, atol=0.02)
+    for name, exact in (("first_order", first), ("total", total)):
+        assert np.all(result[f"{name}_low"].values <= exact), name
+        assert np.all(exact <= result[f"{name}_high"].values), name
+
+
+def test_additive_function_has_equal_first_and_total_indices():
+    # f = 1·u + 2·v + 0·w over unit boxes: no interactions, S_i = ST_i = c_i² / Σ c_j²
+    def rate(t, y, p):
+        return jnp.zeros_like(y) + p["u"] + 2 * p["v"] + 0 * p["w"]
+
+    def make(u, v, w):
+        return ds.ODE(rate, {"u": u, "v": v, "w": w})
+
+    box = {"u": (0.0, 1.0), "v": (0.0, 1.0), "w": (0.0, 1.0)}
+    result = ds.sobol(
+        make, box, jnp.zeros(1), jnp.array([0.0, 1.0]), **OPTIONS, base_samples=2**12, bootstrap=0
+    )
+    exact = np.array([1.0, 4.0, 0.0]) / 5
+    np.testing.assert_allclose(result["first_order"], exact, atol=0.01)
+    np.testing.assert_allclose(result["total"], exact, atol=0.01)
+    assert np.isnan(result["total_low"]).all()  # no resamples, no intervals
+    assert list(result["parameter"].values) == ["u", "v", "w"]
+
+
+def test_bad_input_is_refused_with_the_fix():
+    y0, ts = jnp.zeros(1), jnp.array([0.0, 1.0])
+    with pytest.raises(ValueError, match="non-empty dict name -> \\(low, high\\)"):
+        ds.sobol(_ishigami_model, {}, y0, ts, **OPTIONS)
+    with pytest.raises(ValueError, match="needs finite low < high"):
+        ds.sobol(_ishigami_model, {**BOX, "x3": (1.0, 1.0)}, y0, ts, **OPTIONS)
+    options = {**OPTIONS, "reduce": lambda s: s.ys[-1]}
+    with pytest.raises(ValueError, match="one number per simulation"):
+        ds.sobol(_ishigami_model, BOX, y0, ts, **options, base_samples=8)
+    with pytest.raises(ValueError, match="base_samples must be an int >= 2"):
+        ds.sobol(_ishigami_model, BOX, y0, ts, **OPTIONS, base_samples=1)
+
+
+def test_failed_simulations_are_not_dropped():
+    # log(x) over x in (-1, 1): NaN for the points below 0 (the sweep warns; sobol refuses
+    # to compute indices without them)
+    def rate(t, y, p):
+        return jnp.zeros_like(y) + jnp.log(p["x"])
+
+    def make(x, z):
+        return ds.ODE(rate, {"x": x, "z": z})
+
+    with pytest.raises(ValueError, match="simulations failed"), pytest.warns(UserWarning):
+        ds.sobol(
+            make,
+            {"x": (-1.0, 1.0), "z": (0.0, 1.0)},
+            jnp.zeros(1),
+            jnp.array([0.0, 1.0]),
+            **OPTIONS,
+            base_samples=16,
+        )
