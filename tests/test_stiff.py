@@ -152,7 +152,9 @@ def test_robertson_to_1e11(solver):
     reference = _robertson_reference(tuple(np.asarray(ROBERTSON_TS).tolist()))
     relative = np.abs(np.asarray(sol.ys) - reference) / np.abs(reference).clip(1e-300)
     assert np.all(relative[1:] <= 10 * float(solver.rtol)), relative
-    np.testing.assert_allclose(jnp.sum(sol.ys, axis=1), 1.0, atol=1e-12)  # mass is conserved
+    # mass is conserved: a linear invariant, which every Rosenbrock stage keeps to round-off
+    # (1e-12: ~1e3 steps of a few ulps each)
+    np.testing.assert_allclose(jnp.sum(sol.ys, axis=1), 1.0, atol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -182,6 +184,8 @@ def test_robertson_as_a_dae_matches_the_ode():
     solver = ds.Rodas5P(rtol=1e-8, atol=1e-14)
     as_dae = ds.simulate(model, jnp.array([1.0, 0.0, 0.0]), ts, solver=solver).ys
     as_ode = ds.simulate(models.Robertson(), jnp.array([1.0, 0.0, 0.0]), ts, solver=solver).ys
+    # two solves at rtol 1e-8, each within ~10 rtol of the truth: 1e-6 leaves room for both;
+    # atol 1e-13 for y2 ~ 1e-5 after its peak, resolved by atol 1e-14
     np.testing.assert_allclose(as_dae, as_ode, rtol=1e-6, atol=1e-13)
     np.testing.assert_allclose(jnp.sum(as_dae, axis=1), 1.0, atol=1e-14)  # the constraint holds
 
@@ -235,6 +239,7 @@ def test_rectifier_against_the_eliminated_ode():
     ts = jnp.linspace(0.0, 0.04, 81)  # two periods of the 50 Hz source
     v_a, v_b = _rectifier_reference(model, ts)
     y0 = ds.consistent_initial_state(model, jnp.array([0.3, 0.0]))  # v_a = V_s(0) = 0
+    # Newton stops at eps^(3/4) ~ 2e-12 on the change, after which the iterate is at round-off
     np.testing.assert_allclose(y0, [0.0, 0.0], atol=1e-12)
     # node a (algebraic, it follows the 5 V source while the diode is off) from the dense
     # output, which is of lower order for algebraic components: measured 7e-6 V (Rodas5P) and
@@ -281,6 +286,7 @@ def test_equilibrium_reactor_against_the_eliminated_ode():
     y0 = ds.consistent_initial_state(model, guess)
     # the algebraic equation holds, and only the equilibrium moved: the totals A + C, B + C
     # and D of the guess are kept (the mass matrix's null direction is (−1, −1, 1, 0))
+    # Newton converged (to eps^(3/4) in the change, quadratically: the residual at round-off)
     np.testing.assert_allclose(10.0 * y0[0] * y0[1], y0[2], rtol=1e-12)
     np.testing.assert_allclose([y0[0] + y0[2], y0[1] + y0[2], y0[3]], [1.0, 0.8, 0.0], atol=1e-14)
     ts = jnp.linspace(0.0, 50.0, 26)
@@ -289,6 +295,8 @@ def test_equilibrium_reactor_against_the_eliminated_ode():
         sol = ds.simulate(model, y0, ts, solver=solver)
         np.testing.assert_allclose(sol.ys, reference, atol=10 * float(solver.rtol), rtol=0)
         # conserved to round-off: the mass matrix's rows carry the totals exactly
+        # conserved to round-off: the mass matrix's rows carry the totals exactly (1e-13: a few
+        # ulps over the ~100 steps)
         np.testing.assert_allclose(sol.ys[:, 0] + sol.ys[:, 2] + sol.ys[:, 3], 1.0, atol=1e-13)
 
 
@@ -330,6 +338,7 @@ def test_derivatives_every_mode_against_the_closed_form(solver):
         ts = jnp.stack([theta[2] / 3, theta[2]])
         return _relaxation_exact(theta[0], theta[1], ts)
 
+    # the solve itself at rtol 1e-10 (Rosenbrock23 at 1e-9): global error well inside 1e-7
     np.testing.assert_allclose(outputs(theta), exact(theta), rtol=1e-7)
     reference = jax.jacfwd(exact)(theta)
     forward = jax.jacfwd(outputs)(theta)
@@ -338,6 +347,7 @@ def test_derivatives_every_mode_against_the_closed_form(solver):
     # derivative of the method's step with respect to its length, which equals f(t1, y1) only
     # to the method's accuracy (Rosenbrock23: 1.4e-5 relative measured at k h ~ 1)
     np.testing.assert_allclose(forward[:, 2], reference[:, 2], rtol=1e-4)
+    # forward and reverse mode transpose the same Jacobian: agreement to round-off
     np.testing.assert_allclose(jax.jacrev(outputs)(theta), forward, rtol=1e-10, atol=1e-12)
     direction = jnp.array([0.3, -0.2, 0.5])
     np.testing.assert_allclose(
@@ -352,6 +362,7 @@ def test_derivatives_every_mode_against_the_closed_form(solver):
     np.testing.assert_allclose(hessian[:2, :2], expected[:2, :2], rtol=1e-5, atol=1e-12)
     # the row of t1 as above, twice over (Rosenbrock23: 1.6e-3 relative measured)
     np.testing.assert_allclose(hessian[2], expected[2], rtol=5e-3, atol=1e-12)
+    # forward over reverse of one computation: symmetric to round-off
     np.testing.assert_allclose(hessian, hessian.T, rtol=1e-9, atol=1e-12)
 
 
@@ -393,6 +404,8 @@ def test_a_stiff_fit_works_unchanged():
         solver=solver,
         t0=0.0,  # y0 is the state at t = 0, before the first observation
     )
+    # noise-free data simulated at rtol 1e-8: the optimum is the truth to ~the solve's accuracy
+    # amplified by the conditioning of (k1, k3); 1e-4 is the fit's usefulness, not round-off
     np.testing.assert_allclose([result.params["k1"], result.params["k3"]], [0.04, 1e4], rtol=1e-4)
 
 
@@ -413,6 +426,8 @@ def test_vmap_members_with_very_different_step_counts():
     assert int(steps.max()) > 1.5 * int(steps.min()), steps
     for i, k1 in enumerate(k1s):
         single, _ = run(k1)
+        # batched and single programs may round differently and flip an accept decision: a
+        # different valid step sequence, within 10 rtol (test_conformance's rule)
         np.testing.assert_allclose(batched[i], single, rtol=1e-6, atol=1e-12)
 
 
@@ -438,6 +453,7 @@ def test_model_jacobian_is_used_and_agrees():
     solver = ds.Rodas5P(rtol=1e-8, atol=1e-12)
     auto = ds.simulate(models.Robertson(), y0, ts, solver=solver)
     own = ds.simulate(OwnJacobian(), y0, ts, solver=solver)
+    # the same Jacobian up to the rounding of jacfwd against the closed form: same steps
     np.testing.assert_allclose(own.ys, auto.ys, rtol=1e-12, atol=1e-16)
     assert int(own.stats["num_steps"]) == int(auto.stats["num_steps"])
     wrong = ds.simulate(OwnJacobian(scale=0.5), y0, ts, solver=solver, throw=False)
@@ -514,7 +530,6 @@ def test_options_rosenbrock_solvers_do_not_take():
 
 def test_consistent_initial_state_of_an_ode_is_the_state_itself():
     y0 = jnp.array([1.0, 0.0, 0.0])
-    assert ds.consistent_initial_state(models.Robertson(), y0) is not None
     np.testing.assert_array_equal(ds.consistent_initial_state(models.Robertson(), y0), y0)
 
 
@@ -538,6 +553,7 @@ def test_banded_jacobian_equals_the_dense_one():
     # jitted: eagerly, each small operation of the colouring would dispatch on its own
     f0, band, dfdt = jax.jit(lambda y: banded_jacobian(f, jnp.asarray(0.3), y, 1, 1))(y)
     dense = jax.jit(jax.jacfwd(lambda y: f(0.3, y)))(y)
+    # the same jvps summed differently: equal to a few ulps
     np.testing.assert_allclose(band.dense(), dense, rtol=1e-14)
     np.testing.assert_allclose(f0, f(0.3, y), rtol=1e-15)
     np.testing.assert_array_equal(dfdt, 0.0)  # autonomous
@@ -556,6 +572,7 @@ def test_heat_with_the_band_equals_the_dense_solve_and_the_exact_decay():
     np.testing.assert_allclose(banded.ys, dense.ys, rtol=0, atol=1e-12)  # the same steps
     decay = lambda k: jnp.exp(-model.mode_decay_rate(k) * ts[:, None])  # noqa: E731
     exact = decay(1) * jnp.sin(jnp.pi * x)[None] + 0.3 * decay(3) * jnp.sin(3 * jnp.pi * x)[None]
+    # rtol 1e-8 on amplitudes <= 1.3, a handful of steps: 1e-8 is 10x the requested tolerance
     np.testing.assert_allclose(banded.ys, exact, atol=1e-8)
 
     def loss(kappa):
@@ -567,6 +584,7 @@ def test_heat_with_the_band_equals_the_dense_solve_and_the_exact_decay():
         return jnp.sum(jnp.sin(jnp.pi * x)) * jnp.exp(-rate * ts[-1])
 
     # derivatives through the tridiagonal solves (jvp and transpose of gtsv)
+    # the derivative of the discrete solve at rtol 1e-8 against the exact decay's: 10 rtol
     np.testing.assert_allclose(jax.grad(loss)(0.1), jax.grad(exact_loss)(0.1), rtol=1e-7)
 
 
@@ -618,4 +636,6 @@ def test_sweep_with_a_rosenbrock_solver_reports_inconsistent_members():
         )
     assert ds.sweep_summary(by_constant) == {"successful": 1, "inconsistent_initial_state": 2}
     one = ds.simulate(model, y0, ts, solver=solver)
+    # the sweep's batched program against a single solve: rounding only (no accept decision
+    # near the threshold on this smooth decay)
     np.testing.assert_allclose(by_constant["y"].values[1], one.ys, rtol=1e-10, atol=1e-14)

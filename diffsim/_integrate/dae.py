@@ -98,19 +98,21 @@ def consistency_error(model, t0, y0, rtol, atol):
     """How far y0 is from satisfying the algebraic equations, in units of the solve's
     tolerance: the RMS of the first Newton correction over atol + rtol·|y0| (≤ 1: consistent to
     within the tolerance; inf when the correction is not finite)."""
+    return _consistency(model, t0, y0, rtol, atol)[0]
+
+
+def _consistency(model, t0, y0, rtol, atol):
+    """(`consistency_error`, the Newton correction δ over the flattened state)."""
     y0_flat, unravel = ravel_pytree(y0)
     mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)
     delta = _newton_correction(model, t0, y0_flat, unravel, mass)
     ratio = rms(delta / (atol + rtol * jnp.abs(y0_flat)))
-    return jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)
+    return jnp.where(jnp.isfinite(ratio), ratio, jnp.inf), delta
 
 
-@eqx.filter_jit
-def _consistency(model, t0, y0, rtol, atol):
-    y0_flat, unravel = ravel_pytree(y0)
-    mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)
-    delta = _newton_correction(model, t0, y0_flat, unravel, mass)
-    return consistency_error(model, t0, y0, rtol, atol), delta
+# one compiled program for the eager check (op by op, the SVD and the Jacobian would dispatch
+# dozens of small ones)
+_consistency_eagerly = eqx.filter_jit(_consistency)
 
 
 def check_consistent_start(model, t0, y0, solver) -> None:
@@ -121,7 +123,7 @@ def check_consistent_start(model, t0, y0, solver) -> None:
     leaves = jax.tree.leaves((model, t0, y0, solver.rtol, solver.atol))
     if any(is_traced(x) for x in leaves):
         return
-    error, delta = _consistency(model, t0, y0, solver.rtol, solver.atol)
+    error, delta = _consistency_eagerly(model, t0, y0, solver.rtol, solver.atol)
     error, delta = float(error), np.asarray(delta)
     if error <= 1:
         return

@@ -183,13 +183,17 @@ def _loop(solver, model, y0, ts, controls: Controls, events, *, max_steps: int) 
             t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
             y_new, extra = jnp.where(keep, y1, y), {}
         else:
-            found = _event_in_step(table, model, t, h, interpolate, state, keep, y1, unravel)
-            t_end, y_end, y_after, g_new, records, stop, code = found(code, time_scale)
-            saved, ys = save_dense(ts, keep, t_end, y_end, state.saved, state.ys, evaluate_at)
-            t_new, t_next_new = advance_time(keep, t, t_end, dt, t1, t1_floor)
-            y_new = jnp.where(keep, ravel_pytree(y_after)[0], y)
-            done = state.done | stop | (keep & (t_new >= t1))
-            extra = dict(g=g_new, records=records, done=done)
+            found = _event_in_step(
+                table, model, t, h, interpolate, state, keep, unravel(y1), code, time_scale
+            )
+            code = found.code
+            saved, ys = save_dense(
+                ts, keep, found.t_end, found.y_end, state.saved, state.ys, evaluate_at
+            )
+            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, t1, t1_floor)
+            y_new = jnp.where(keep, ravel_pytree(found.y_after)[0], y)
+            done = state.done | found.stop | (keep & (t_new >= t1))
+            extra = dict(g=found.g, records=found.records, done=done)
         return _State(
             t=t_new,
             t_next=t_next_new,
@@ -234,45 +238,49 @@ def _loop(solver, model, y0, ts, controls: Controls, events, *, max_steps: int) 
     return _Out(final.ys, code, final.accepted, final.rejected, final.records, reached)
 
 
-def _event_in_step(table, model, t, h, interpolate, state: _State, keep, y1, unravel):
-    """The event logic of an attempted step from t to t + h (a function of the result code
-    and the time scale): whether an accepted step crossed an event's condition, the earliest
-    crossing located on the method's dense output, its record and reset.
+class _EventStep(NamedTuple):
+    """Where an attempted step ends with events: the located event or its own end."""
 
-    Returns (where the step ends: the event or t + h; the state there before a reset, and
-    after it; the condition values the next test starts from; the records; whether the
-    member stops; the code)."""
+    t_end: Array  # the event's time, or t + h
+    y_end: PyTree  # the state there, before a reset
+    y_after: PyTree  # the state the next step starts from (after a reset)
+    g: tuple  # the condition values the next crossing test starts from
+    records: Records  # every occurrence so far
+    stop: Array  # bool: the member stops here (terminal event, limit, lost condition)
+    code: Array  # int32 RESULTS code
+
+
+def _event_in_step(table, model, t, h, interpolate, state: _State, keep, y1, code, time_scale):
+    """The event logic of the attempted step from t to t + h (`y1`, a pytree, at its end):
+    whether the accepted step crossed an event's condition, the earliest crossing located on
+    the method's dense output `interpolate(theta)`, its record and reset."""
     events = table.events
     t_next = t + h
-    y1_tree = unravel(y1)
+    g1 = tuple(evaluate(e, t_next, y1) for e in events)
+    counts = state.records.counts
+    watched = table.watched(counts)
+    live = ~state.done & keep
+    hits = [live & crossed(e, state.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
+    any_hit = jnp.any(jnp.stack(hits))
+    no = jnp.array(False)
+    plain = (t_next, y1, y1, g1, state.records, no, no)
 
-    def found(code, time_scale):
-        g1 = tuple(evaluate(e, t_next, y1_tree) for e in events)
-        counts = state.records.counts
-        watched = table.watched(counts)
-        live = ~state.done & keep
-        hits = [live & crossed(e, state.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
-        any_hit = jnp.any(jnp.stack(hits))
-        plain = (t_next, y1_tree, y1_tree, g1, jnp.array(0, jnp.int32))
-
-        def event():
-            which, t_ev, y_ev = locate(events, t, h, interpolate, state.g, g1, hits)
-            over = table.over_limit(any_hit, which, counts)
-            y_after = table.after(which, ~over, t_ev, y_ev)
-            g_after = table.restart(model, t_ev, y_after, time_scale)
-            located = (t_ev, y_ev, y_after, g_after, which)
-            return jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
-
-        # the root finding only runs on steps where some member crossed
-        t_end, y_end, y_after, g_new, which = lax.cond(
-            eqxi.unvmap_any(any_hit), event, lambda: plain
-        )
+    def event():
+        which, t_ev, y_ev = locate(events, t, h, interpolate, state.g, g1, hits)
         over = table.over_limit(any_hit, which, counts)
-        records = state.records.add(which, any_hit & ~over, t_end, y_end, events)
-        lost = live & table.lost(g1, y1_tree)
-        stop = table.stops(any_hit, which, over) | lost
-        code = jnp.where(live, table.code(code, over, lost), code)
-        g_new = tuple(jnp.where(keep, a, b) for a, b in zip(g_new, state.g))
-        return t_end, y_end, y_after, g_new, records, stop, code
+        y_after = table.after(which, ~over, t_ev, y_ev)
+        g_after = table.restart(model, t_ev, y_after, time_scale)
+        records = state.records.add(which, any_hit & ~over, t_ev, y_ev, events)
+        stops = table.stops(any_hit, which, over)
+        located = (t_ev, y_ev, y_after, g_after, records, stops, over)
+        return jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
 
-    return found
+    # the root finding, and the writes into the records (scatters under vmap), only run on
+    # steps where some member crossed
+    t_end, y_end, y_after, g_new, records, stops, over = lax.cond(
+        eqxi.unvmap_any(any_hit), event, lambda: plain
+    )
+    lost = live & table.lost(g1, y1)
+    code = jnp.where(live, table.code(code, over, lost), code)
+    g_new = tuple(jnp.where(keep, a, b) for a, b in zip(g_new, state.g))
+    return _EventStep(t_end, y_end, y_after, g_new, records, stops | lost, code)

@@ -26,7 +26,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
-from . import small_lu
+from . import small_inverse
 from .adaptive import AbstractAdaptiveSolver
 from .banded import Banded, banded_jacobian, banded_mass, banded_solver
 
@@ -100,8 +100,8 @@ def linearise(model, f, unravel, mass, t, y) -> Linearised:
 
 def factorise(system: Linearised, h, gamma):
     """W⁻¹ for W = M/(hγ) − J, as a function of the right-hand side: one factorisation
-    (partial pivoting; `small_lu`'s inverse up to 8 unknowns, LAPACK's LU above) serves every
-    stage of the step; a banded J keeps W banded (`banded.banded_solver`)."""
+    (partial pivoting; `small_inverse` up to 8 unknowns, LAPACK's LU above) serves every stage
+    of the step; a banded J keeps W banded (`banded.banded_solver`)."""
     n = system.f0.shape[0]
     jacobian = system.jacobian
     if isinstance(jacobian, Banded):
@@ -110,8 +110,8 @@ def factorise(system: Linearised, h, gamma):
         return banded_solver(Banded(w, jacobian.lower, jacobian.upper))
     identity = jnp.eye(n, dtype=system.f0.dtype) if system.mass is None else system.mass
     w = identity / (h * gamma) - system.jacobian
-    if n <= small_lu.SMALL_SYSTEM:
-        inverse = small_lu.inverse(w)
+    if n <= small_inverse.SMALL_SYSTEM:
+        inverse = small_inverse.inverse(w)
         return lambda rhs: inverse @ rhs
     factors = jsl.lu_factor(w)
     return lambda rhs: jsl.lu_solve(factors, rhs)
