@@ -21,9 +21,11 @@ from ._cache import config as config, setup_at_import as _setup_cache
 from ._events import Event as Event
 from ._fit.data import Data as Data
 from ._fit.fit import fit as fit, FitWarning as FitWarning
+from ._fit.posterior import Posterior as Posterior
 from ._fit.profile import Profile as Profile, profile as profile
 from ._fit.refit import FitBatch as FitBatch, refit as refit
 from ._fit.result import FitResult as FitResult
+from ._fit.sample import sample as sample
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.simulate import simulate as simulate, Solution as Solution
 from ._model import (

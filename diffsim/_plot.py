@@ -263,6 +263,51 @@ def fit(result, *, points: int = 400):
     return _fit_figure(result, points=points)
 
 
+def sobol_indices(indices, *, labels=None, ax=None):
+    """A bar chart of the first-order and total Sobol' indices of `ds.sobol` (its xarray
+    Dataset), one pair of bars per parameter with their bootstrap intervals.
+
+    **Arguments:** `indices` what `ds.sobol` returns; `labels` names for the bars (default the
+    parameters); `ax` an axes to draw on.
+
+    **Returns:** the figure.
+    """
+    needed = {"first_order", "total"}
+    if not hasattr(indices, "data_vars") or not needed <= set(indices.data_vars):
+        raise TypeError(
+            "ds.plot.sobol_indices takes the xarray Dataset of ds.sobol (with first_order and "
+            f"total), got {type(indices).__name__}"
+        )
+    names = [str(n) for n in indices["parameter"].values]
+    labels = names if labels is None else [str(label) for label in labels]
+    if len(labels) != len(names):
+        raise ValueError(f"labels has {len(labels)} entries for {len(names)} parameters")
+    fig, ax = _figure_and_axes(ax, figsize=(1.4 * len(names) + 2.4, 3.2))
+    x = np.arange(len(names))
+    width = 0.38
+    for offset, key, label, color in (
+        (-width / 2, "first_order", "first order", "C0"),
+        (width / 2, "total", "total", "C1"),
+    ):
+        value = np.asarray(indices[key])
+        error = None
+        if f"{key}_low" in indices:
+            low, high = np.asarray(indices[f"{key}_low"]), np.asarray(indices[f"{key}_high"])
+            error = np.stack([np.maximum(value - low, 0), np.maximum(high - value, 0)])
+        ax.bar(x + offset, value, width, yerr=error, capsize=3, color=color, label=label)
+    ax.set_xticks(x, labels)
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.set_ylabel("Sobol' index")
+    level = indices.attrs.get("level")
+    title = f"N = {indices.attrs.get('base_samples', '?')}"
+    if level is not None:
+        title += f", {100 * float(level):g}% bootstrap intervals"
+    ax.set_title(title, fontsize=9)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def measured_order(steps, errors) -> float:
     """The least-squares slope of log(error) against log(step): a method's measured order of
     accuracy where the errors are in the asymptotic regime (far above round-off)."""

@@ -1,5 +1,6 @@
-"""Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `fit`, `convergence`, each
-returning the matplotlib figure; the shared style (`STYLE`, `style()`) and byte-stable `save`."""
+"""Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `fit`, `convergence`,
+`sobol_indices`, each returning the matplotlib figure; the shared style (`STYLE`, `style()`)
+and byte-stable `save`."""
 
 from ._plot import (
     convergence as convergence,
@@ -7,6 +8,7 @@ from ._plot import (
     measured_order as measured_order,
     phase_portrait as phase_portrait,
     save as save,
+    sobol_indices as sobol_indices,
     STYLE as STYLE,
     style as style,
     sweep_heatmap as sweep_heatmap,

@@ -104,3 +104,31 @@ def test_failed_simulations_are_not_dropped():
             **OPTIONS,
             base_samples=16,
         )
+
+
+def test_the_bar_plot_draws_both_indices_of_every_parameter():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import xarray as xr
+
+    indices = xr.Dataset(
+        {
+            "first_order": ("parameter", [0.3, 0.6]),
+            "total": ("parameter", [0.35, 0.65]),
+            "first_order_low": ("parameter", [0.2, 0.5]),
+            "first_order_high": ("parameter", [0.4, 0.7]),
+            "total_low": ("parameter", [0.3, 0.6]),
+            "total_high": ("parameter", [0.4, 0.7]),
+        },
+        coords={"parameter": ["a", "b"]},
+        attrs=dict(base_samples=64, level=0.95),
+    )
+    figure = ds.plot.sobol_indices(indices, labels=["α", "β"])
+    heights = sorted(round(p.get_height(), 6) for p in figure.axes[0].patches)
+    assert heights == [0.3, 0.35, 0.6, 0.65]
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["α", "β"]
+    with pytest.raises(TypeError, match="xarray Dataset of ds.sobol"):
+        ds.plot.sobol_indices({"first_order": [0.1]})
+    with pytest.raises(ValueError, match="labels has 1 entries for 2 parameters"):
+        ds.plot.sobol_indices(indices, labels=["α"])

@@ -1,0 +1,363 @@
+"""`ds.Posterior`: what `ds.sample` returns: the draws, their diagnostics (numpyro's), the
+posterior predictive, an ArviZ view, figures and a netCDF file with provenance."""
+
+import dataclasses
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._provenance import package_versions
+from .data import Data
+from .libraries import arviz, third_party_promotion
+
+# split R-hat above this says the chains have not mixed (Vehtari et al. 2021)
+RHAT_LIMIT = 1.01
+# effective draws below this per chain make the reported means and quantiles unreliable
+ESS_PER_CHAIN = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class PosteriorSettings:
+    """How a posterior was sampled (kept in its file as provenance)."""
+
+    chains: int
+    draws: int
+    warmup: int
+    thin: int  # every thin-th draw has replicated data
+    target_accept: float
+    dense_mass: bool
+    priors: dict  # name -> the prior's repr
+    solver: str
+    model: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Posterior:
+    """Draws from the posterior of `ds.sample`. Every value is in natural units.
+
+    - `samples`: dict name → array `(chains, draws, *shape)` per prior (the unknowns as
+      `ds.fit` names them, a vector parameter under its field name, and the likelihood's
+      `sigma` or `phi`).
+    - `sample_stats`: dict of `(chains, draws)` arrays: `diverging`, `lp` (log density),
+      `acceptance_rate`, `n_steps` (leapfrog steps), and `step_size` `(chains,)`.
+    - `divergences`: `(chains,)` divergent transitions after warm-up (a proposal whose
+      simulation failed is one); `warmup_divergences` the same during warm-up.
+    - `predictions`: the model's observables at the data times for (every `thin`-th) draw,
+      `(chains, kept, times, observables)`; `replicated`: data drawn around them from the
+      likelihood (the posterior predictive).
+    - `summary()`: a table of means, standard deviations, quantiles, effective sample sizes
+      and R-hat; `table()` the same as a dict; `to_arviz()` an `arviz.InferenceData`;
+      `predict(ts)` bands of the model and of new data; `plot()`; `save(path)` /
+      `ds.Posterior.load(path)` as netCDF.
+    - `warnings`: divergences, R-hat above 1.01, too few effective draws (also issued as
+      `ds.FitWarning`).
+    - `seconds`: the wall time of `ds.sample`; `timings`: its parts, `fit` (the start),
+      `compile` and `sample` (warm-up, draws and the posterior predictive).
+    """
+
+    samples: dict
+    names: tuple[str, ...]
+    sample_stats: dict
+    warmup_divergences: np.ndarray
+    predictions: np.ndarray | None
+    replicated: np.ndarray | None
+    data: Data
+    likelihood: str
+    t0: float
+    seconds: float
+    settings: PosteriorSettings
+    timings: dict = dataclasses.field(default_factory=dict)
+    _density: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def chains(self) -> int:
+        return self.settings.chains
+
+    @property
+    def draws(self) -> int:
+        return self.settings.draws
+
+    @property
+    def divergences(self) -> np.ndarray:
+        return np.asarray(self.sample_stats["diverging"]).sum(axis=1)
+
+    def table(self, quantiles=(0.05, 0.5, 0.95)) -> dict:
+        """name (one per scalar entry, e.g. `"sigma[hare]"`) → dict of `mean`, `sd`, the
+        `quantiles` (keys like `"5%"`), `mcse` (Monte Carlo standard error of the mean), `ess`
+        (effective sample size) and `r_hat` (split R-hat), by numpyro's diagnostics (those of
+        its `print_summary`)."""
+        from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+        rows = {}
+        for _, label, x in self._entries():
+            ess = float(effective_sample_size(x)) if self.draws > 1 else float("nan")
+            row = dict(mean=float(np.mean(x)), sd=float(np.std(x, ddof=1)))
+            for q in quantiles:
+                row[f"{100 * q:g}%"] = float(np.quantile(x, q))
+            row.update(
+                mcse=float(np.std(x, ddof=1) / np.sqrt(max(ess, 1.0))),
+                ess=ess,
+                r_hat=float(split_gelman_rubin(x)) if self.draws > 3 else float("nan"),
+            )
+            rows[label] = row
+        return rows
+
+    def _entries(self):
+        """(prior name, entry label, draws (chains, draws)) for every scalar entry."""
+        for name in self.names:
+            x = np.asarray(self.samples[name])
+            shape = x.shape[2:]
+            if not shape:
+                yield name, name, x
+                continue
+            labels = None
+            if name in ("sigma", "phi") and self.data.names and shape == (len(self.data.names),):
+                labels = self.data.names
+            for index in np.ndindex(shape):
+                label = labels[index[0]] if labels else ",".join(map(str, index))
+                yield name, f"{name}[{label}]", x[(slice(None), slice(None), *index)]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        notes = []
+        divergences = self.divergences
+        if divergences.sum() > 0:
+            notes.append(
+                f"{int(divergences.sum())} divergent transitions after warm-up (per chain: "
+                f"{divergences.tolist()}): the draws may miss part of the posterior. Raise "
+                "target_accept (e.g. 0.95), reparametrise, or check that the model can be "
+                "simulated over the prior's range"
+            )
+        table = self.table()
+        high = [n for n, row in table.items() if not row["r_hat"] <= RHAT_LIMIT]
+        if high:
+            notes.append(
+                f"R-hat above {RHAT_LIMIT} for {high}: the chains disagree (not mixed, or a "
+                "multimodal posterior); sample longer (warmup, draws) or look at plot('trace')"
+            )
+        low = [n for n, row in table.items() if not row["ess"] >= ESS_PER_CHAIN * self.chains]
+        if low:
+            notes.append(
+                f"fewer than {ESS_PER_CHAIN} effective draws per chain for {low}: means and "
+                "quantiles are uncertain; sample more draws"
+            )
+        return tuple(notes)
+
+    def summary(self, quantiles=(0.05, 0.5, 0.95)) -> str:
+        """A text table of `table()` with the sampler's settings and warnings."""
+        s = self.settings
+        lines = [
+            f"posterior of {s.model}: NUTS, {self.chains} chains × {self.draws} draws "
+            f"(warm-up {s.warmup}), {self.likelihood} likelihood, {self.seconds:.1f} s"
+            + "".join(f"; {k} {v:.1f} s" for k, v in self.timings.items()),
+            f"divergences {self.divergences.tolist()}; step size "
+            f"{np.round(np.asarray(self.sample_stats['step_size']), 4).tolist()}; mean leapfrog "
+            f"steps {float(np.mean(self.sample_stats['n_steps'])):.1f}",
+        ]
+        table = self.table(quantiles)
+        header = ["parameter", "mean", "sd", *[f"{100 * q:g}%" for q in quantiles]]
+        header += ["mcse", "ess", "r_hat"]
+        rows = [header]
+        for name, row in table.items():
+            rows.append(
+                [name]
+                + [f"{row[k]:.5g}" for k in header[1:-3]]
+                + [f"{row['mcse']:.2g}", f"{row['ess']:.0f}", f"{row['r_hat']:.3f}"]
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for row in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    # --- ArviZ and files ------------------------------------------------------------------------
+
+    def to_arviz(self):
+        """An `arviz.InferenceData` with the groups posterior, sample_stats, observed_data and
+        posterior_predictive (the replicated data, as `y`, over the kept draws), labelled by
+        time and observable."""
+        az = arviz()
+        times = np.asarray(self.data.ts)
+        values = self.data.values.reshape(len(times), -1)
+        observables = list(self.data.names or [str(j) for j in range(values.shape[1])])
+        coords = {"time": times, "observable": observables}
+        dims = {"y": ["time", "observable"], "mu": ["time", "observable"]}
+        posterior_predictive = None
+        if self.replicated is not None:
+            posterior_predictive = {"y": self.replicated, "mu": self.predictions}
+        stats = {k: v for k, v in self.sample_stats.items() if np.ndim(v) == 2}
+        idata = az.from_dict(
+            posterior={k: np.asarray(v) for k, v in self.samples.items()},
+            sample_stats=stats,
+            observed_data={"y": values},
+            posterior_predictive=posterior_predictive,
+            coords=coords,
+            dims=dims,
+            attrs=self._provenance(),
+        )
+        if posterior_predictive is not None and self.settings.thin > 1:
+            idata.posterior_predictive.attrs["thin"] = self.settings.thin
+        return idata
+
+    def _provenance(self) -> dict:
+        """Attributes of the saved file: how and with what it was made (strings and numbers,
+        as netCDF attributes must be)."""
+        settings = dataclasses.asdict(self.settings)
+        settings["priors"] = json.dumps(settings["priors"])
+        settings["dense_mass"] = int(settings["dense_mass"])  # netCDF has no booleans
+        return dict(
+            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            created_by="diffsim.sample",
+            likelihood=self.likelihood,
+            t0=float(self.t0),
+            seconds=float(self.seconds),
+            timings=json.dumps(self.timings),
+            step_size=json.dumps(np.asarray(self.sample_stats["step_size"]).tolist()),
+            warmup_divergences=json.dumps(np.asarray(self.warmup_divergences).tolist()),
+            package_versions=json.dumps(package_versions()),
+            **{f"setting_{k}": v for k, v in settings.items()},
+        )
+
+    def save(self, path) -> Path:
+        """Write the posterior (with its provenance) to a netCDF file; returns the path.
+        `ds.Posterior.load(path)` reads it back (without the model: `predict` then needs the
+        original posterior)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.to_arviz().to_netcdf(str(path))
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Posterior":
+        """A posterior saved by `save`: the draws, statistics, data and settings."""
+        idata = arviz().from_netcdf(str(path))
+        attrs = dict(idata.attrs)
+        if attrs.get("created_by") != "diffsim.sample":
+            raise ValueError(f"{path} was not written by ds.Posterior.save")
+        names = tuple(idata.posterior.data_vars)
+        samples = {n: idata.posterior[n].values for n in names}
+        stats = {n: idata.sample_stats[n].values for n in idata.sample_stats.data_vars}
+        stats["step_size"] = np.asarray(json.loads(attrs["step_size"]))
+        observed = idata.observed_data["y"]
+        data = Data(
+            observed["time"].values,
+            observed.values,
+            names=tuple(str(v) for v in observed["observable"].values),
+        )
+        settings = {k[len("setting_") :]: v for k, v in attrs.items() if k.startswith("setting_")}
+        settings["priors"] = json.loads(settings["priors"])
+        settings["dense_mass"] = bool(settings["dense_mass"])
+        for k in ("chains", "draws", "warmup", "thin"):
+            settings[k] = int(settings[k])
+        predictive = getattr(idata, "posterior_predictive", None)
+        return cls(
+            samples=samples,
+            names=names,
+            sample_stats=stats,
+            warmup_divergences=np.asarray(json.loads(attrs["warmup_divergences"])),
+            predictions=None if predictive is None else predictive["mu"].values,
+            replicated=None if predictive is None else predictive["y"].values,
+            data=data,
+            likelihood=str(attrs["likelihood"]),
+            t0=float(attrs["t0"]),
+            seconds=float(attrs["seconds"]),
+            timings=json.loads(attrs.get("timings", "{}")),
+            settings=PosteriorSettings(**settings),
+        )
+
+    # --- predictions and figures ----------------------------------------------------------------
+
+    def predict(self, ts=None, *, draws: int = 400, level: float = 0.9, key=None):
+        """Posterior predictive bands at times `ts` (default: 200 times from t0 to the last data
+        time): for `draws` posterior draws spread over the chains, the model's observables and
+        data drawn around them from the likelihood.
+
+        **Returns:** an `xarray.Dataset` over `time` and `observable` with `median`, `low` and
+        `high` (the central `level` band) of the model (`model_*`) and of new data (`data_*`).
+        """
+        import jax
+        import jax.numpy as jnp
+        import xarray as xr
+
+        from .._validate import check_static_count
+        from . import likelihood as lik
+        from .evaluate import fine_times
+
+        if self._density is None:
+            raise ValueError(
+                "this posterior was loaded from a file, without its model: predict with the "
+                "posterior ds.sample returned"
+            )
+        check_static_count("draws", draws)
+        if not 0 < level < 1:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        density = self._density
+        problem = density.problem
+        if ts is None:
+            ts = fine_times(problem, 200)
+        ts = np.asarray(ts, float)
+        if ts.ndim != 1 or ts.size < 1 or np.any(np.diff(ts) <= 0) or ts[0] < self.t0:
+            raise ValueError(
+                f"ts must be increasing times from t0 = {self.t0:g} on, got shape {ts.shape}"
+            )
+        times = (self.t0, *ts.tolist()) if ts[0] > self.t0 else tuple(ts.tolist())
+        fine = dataclasses.replace(
+            problem,
+            ts=tuple(float(t) for t in times),
+            first_observed=len(times) - len(ts),
+            windows=((0, len(times) - 1),),
+            batched=False,
+            steps_per_save=None,
+        )
+        fine_density = dataclasses.replace(density, problem=fine)
+        theta = np.concatenate(
+            [np.asarray(self.samples[n]).reshape(self.chains, self.draws, -1) for n in self.names],
+            axis=-1,
+        ).reshape(self.chains * self.draws, -1)
+        pick = np.linspace(0, theta.shape[0] - 1, min(draws, theta.shape[0])).astype(int)
+        key = jax.random.key(0) if key is None else key
+        with third_party_promotion():
+            model, data = _predictive(
+                fine_density, jnp.asarray(theta[pick], problem.y0.dtype), key, lik.draw
+            )
+        model, data = np.asarray(model), np.asarray(data)
+        names = list(self.data.names or [str(j) for j in range(model.shape[-1])])
+        low, high = (1 - level) / 2, 1 - (1 - level) / 2
+        variables = {}
+        for prefix, x in (("model", model), ("data", data)):
+            for label, q in (("low", low), ("median", 0.5), ("high", high)):
+                variables[f"{prefix}_{label}"] = (
+                    ("time", "observable"),
+                    np.nanquantile(x, q, axis=0),
+                )
+        return xr.Dataset(
+            variables,
+            coords={"time": ts, "observable": names},
+            attrs=dict(level=level, draws=len(pick), likelihood=self.likelihood),
+        )
+
+    def plot(self, kind: str = "predictive", **kwargs):
+        """A figure: `"predictive"` (the data over the posterior predictive bands of
+        `predict()`), `"trace"` (each unknown's draws per chain and their density, by ArviZ) or
+        `"pair"` (pairwise scatter of the unknowns, by ArviZ, divergences marked)."""
+        from .plot import posterior_figure
+
+        return posterior_figure(self, kind, **kwargs)
+
+
+def _predictive(density, theta, key, draw):
+    import equinox as eqx
+    import jax
+
+    @eqx.filter_jit
+    def run(density, theta, key):
+        def one(theta, key):
+            predictions = density.predictions(theta)
+            return predictions, draw(density.likelihood, key, predictions, density.extra(theta))
+
+        return jax.vmap(one)(theta, jax.random.split(key, theta.shape[0]))
+
+    return run(density, theta, key)
