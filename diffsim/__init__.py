@@ -81,6 +81,7 @@ from ._solver import (
     Tsit5 as Tsit5,
     Yoshida4 as Yoshida4,
 )
+from ._sweep.morris import morris as morris
 from ._sweep.samples import Samples as Samples
 from ._sweep.sobol import sobol as sobol
 from ._sweep.store import SweepStoreError as SweepStoreError

@@ -132,3 +132,39 @@ def test_the_bar_plot_draws_both_indices_of_every_parameter():
         ds.plot.sobol_indices({"first_order": [0.1]})
     with pytest.raises(ValueError, match="labels has 1 entries for 2 parameters"):
         ds.plot.sobol_indices(indices, labels=["α"])
+
+
+def _linear_and_square(t, y, p):
+    """dy/dt = 2 x1 − 3 x2 + x3² (x4 unused): y(1) is that value (Euler, dt = 1)."""
+    return jnp.zeros_like(y) + 2.0 * p["x1"] - 3.0 * p["x2"] + p["x3"] ** 2 + 0.0 * p["x4"]
+
+
+def test_morris_effects_of_linear_square_and_unused_parameters():
+    # Elementary effects in units of the quantity per whole range: a linear term c·x over
+    # [lo, hi] has every effect c (hi − lo) (so μ* = |c|(hi − lo), σ = 0); x3² over [0, 1] has
+    # effects (2 x + Δ) with x the start level, so σ > 0; an unused parameter has none.
+    ranges = {"x1": (0.0, 1.0), "x2": (-1.0, 2.0), "x3": (0.0, 1.0), "x4": (0.0, 5.0)}
+    result = ds.morris(
+        lambda **p: ds.ODE(_linear_and_square, p),
+        ranges,
+        jnp.zeros(1),
+        jnp.array([0.0, 1.0]),
+        trajectories=40,
+        seed=3,
+        **OPTIONS,
+    )
+    mu_star, sigma = result["mu_star"].values, result["sigma"].values
+    np.testing.assert_allclose(mu_star[:2], [2.0, 9.0], rtol=1e-12)
+    np.testing.assert_allclose(sigma[[0, 1, 3]], 0.0, atol=1e-12)
+    np.testing.assert_allclose(result["mu"].values[:2], [2.0, -9.0], rtol=1e-12)
+    # x3 starts at level 0 or 1/3 and moves by Δ = 2/3: effects 2/3 and 4/3, mean in between
+    assert 2 / 3 <= mu_star[2] <= 4 / 3 and sigma[2] > 0.1
+    assert mu_star[3] == 0.0
+    assert result.attrs["simulations"] == 40 * 5
+    assert result["mu_star_low"].values[2] <= mu_star[2] <= result["mu_star_high"].values[2]
+    with pytest.raises(ValueError, match="levels must be even"):
+        ds.morris(lambda **p: ds.ODE(_linear_and_square, p), ranges, jnp.zeros(1),
+                  jnp.array([0.0, 1.0]), levels=3, **OPTIONS)  # fmt: skip
+    with pytest.raises(ValueError, match="morris: ranges"):
+        ds.morris(lambda **p: ds.ODE(_linear_and_square, p), {}, jnp.zeros(1),
+                  jnp.array([0.0, 1.0]), **OPTIONS)  # fmt: skip

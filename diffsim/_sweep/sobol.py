@@ -20,8 +20,7 @@ the simulations, the costly part, are what `ds.sweep` runs.
 import numpy as np
 
 from .._quasirandom import halton_unit
-from .samples import Samples
-from .sweep import sweep
+from .design import check_ranges, run_design
 
 
 def sobol(
@@ -67,27 +66,24 @@ def sobol(
     one number per simulation, a quantity with no variance over the box, or simulations that
     failed (their quantity is NaN: the indices would be silently wrong without them).
     """
-    names, low, high = _check_ranges(ranges)
+    names, low, high = check_ranges("sobol", ranges)
     if isinstance(base_samples, bool) or not isinstance(base_samples, int) or base_samples < 2:
         raise ValueError(f"sobol: base_samples must be an int >= 2, got {base_samples!r}")
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
         raise ValueError(f"sobol: bootstrap must be an int >= 0, got {bootstrap!r}")
     if not 0 < level < 1:
         raise ValueError(f"sobol: level must be in (0, 1), got {level!r}")
-    if not callable(reduce):
-        raise TypeError(
-            "sobol: reduce must be a function solution -> scalar (the quantity whose "
-            f"variance is apportioned), got {reduce!r}"
-        )
     d, n = len(names), base_samples
     unit = halton_unit(n, 2 * d)
     a = low + (high - low) * unit[:, :d]
     b = low + (high - low) * unit[:, d:]
     blocks = [a, b] + [np.where(np.arange(d) == i, b, a) for i in range(d)]
     design = np.concatenate(blocks)  # (n (d + 2), d)
-    result = sweep(
+    values = run_design(
+        "sobol",
         model,
-        Samples({name: design[:, j] for j, name in enumerate(names)}),
+        names,
+        design,
         y0,
         ts,
         solver=solver,
@@ -98,20 +94,6 @@ def sobol(
         progress=progress,
         max_steps=max_steps,
     )
-    if "output" not in result.data_vars or result["output"].ndim != 1:
-        shape = None if "output" not in result.data_vars else result["output"].shape[1:]
-        raise ValueError(
-            "sobol: reduce must return one number per simulation (a scalar), got "
-            f"{'a dict' if shape is None else f'an array of shape {shape}'}"
-        )
-    values = np.asarray(result["output"].values, dtype=np.float64)
-    failed = ~np.isfinite(values)
-    if failed.any():
-        raise ValueError(
-            f"sobol: {int(failed.sum())} of {values.size} simulations failed (their quantity "
-            "is NaN or inf; see ds.sweep_summary of the sweep); the indices need every one. "
-            "Narrow the ranges, raise max_steps or use a solver that suits the whole box"
-        )
     f_a, f_b = values[:n], values[n : 2 * n]
     f_ab = values[2 * n :].reshape(d, n)
     first, total, variance = _indices(f_a, f_b, f_ab)
@@ -141,28 +123,6 @@ def sobol(
             "estimators": "first order: Saltelli et al. 2010; total: Jansen 1999",
         },
     )
-
-
-def _check_ranges(ranges):
-    if not isinstance(ranges, dict) or not ranges:
-        raise ValueError(
-            "sobol: ranges must be a non-empty dict name -> (low, high), e.g. "
-            "{'beta': (0.1, 0.5), 'gamma': (0.05, 0.2)}"
-        )
-    names, low, high = [], [], []
-    for name, bounds in ranges.items():
-        try:
-            lo, hi = (float(v) for v in bounds)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"sobol: ranges[{name!r}] must be a pair (low, high) of numbers, got {bounds!r}"
-            ) from None
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-            raise ValueError(f"sobol: ranges[{name!r}] = ({lo}, {hi}) needs finite low < high")
-        names.append(str(name))
-        low.append(lo)
-        high.append(hi)
-    return tuple(names), np.array(low), np.array(high)
 
 
 def _indices(f_a, f_b, f_ab):

@@ -1,0 +1,65 @@
+"""What the global-sensitivity designs (`ds.sobol`, `ds.morris`) share: their parameter ranges
+checked, and a design's points run as one `ds.sweep` down to one finite number each."""
+
+import numpy as np
+
+from .samples import Samples
+from .sweep import sweep
+
+
+def check_ranges(caller: str, ranges):
+    """(names, lows, highs) of `ranges` (dict name → (low, high)), each pair finite, low < high."""
+    if not isinstance(ranges, dict) or not ranges:
+        raise ValueError(
+            f"{caller}: ranges must be a non-empty dict name -> (low, high), e.g. "
+            "{'beta': (0.1, 0.5), 'gamma': (0.05, 0.2)}"
+        )
+    names, low, high = [], [], []
+    for name, bounds in ranges.items():
+        try:
+            lo, hi = (float(v) for v in bounds)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{caller}: ranges[{name!r}] must be a pair (low, high) of numbers, got {bounds!r}"
+            ) from None
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"{caller}: ranges[{name!r}] = ({lo}, {hi}) needs finite low < high")
+        names.append(str(name))
+        low.append(lo)
+        high.append(hi)
+    return tuple(names), np.array(low), np.array(high)
+
+
+def run_design(caller: str, model, names, design, y0, ts, *, reduce, **options) -> np.ndarray:
+    """The scalar quantity `reduce(solution)` of every row of `design` (points, parameters),
+    from one `ds.sweep` (`options`: its solver, dt, chunk_size, store, progress, max_steps).
+    Raises when `reduce` is not a scalar or a simulation failed: an index computed without
+    some of its points would be silently wrong."""
+    if not callable(reduce):
+        raise TypeError(
+            f"{caller}: reduce must be a function solution -> scalar (the quantity whose "
+            f"sensitivity is measured), got {reduce!r}"
+        )
+    result = sweep(
+        model,
+        Samples({name: design[:, j] for j, name in enumerate(names)}),
+        y0,
+        ts,
+        reduce=reduce,
+        **options,
+    )
+    if "output" not in result.data_vars or result["output"].ndim != 1:
+        shape = None if "output" not in result.data_vars else result["output"].shape[1:]
+        raise ValueError(
+            f"{caller}: reduce must return one number per simulation (a scalar), got "
+            f"{'a dict' if shape is None else f'an array of shape {shape}'}"
+        )
+    values = np.asarray(result["output"].values, dtype=np.float64)
+    failed = ~np.isfinite(values)
+    if failed.any():
+        raise ValueError(
+            f"{caller}: {int(failed.sum())} of {values.size} simulations failed (their quantity "
+            "is NaN or inf; see ds.sweep_summary of the sweep); the indices need every one. "
+            "Narrow the ranges, raise max_steps or use a solver that suits the whole box"
+        )
+    return values
