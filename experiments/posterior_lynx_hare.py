@@ -62,25 +62,29 @@ def priors() -> dict:
     }
 
 
-def run(out_dir="out/posterior_lynx_hare", quick: bool = False) -> dict:
-    out, plt = _output.prepare(out_dir)
+def sample(chains: int, warmup: int, draws: int, seed: int = SEED) -> ds.Posterior:
+    """The case study's posterior by ds.sample, from a neutral start: the case study's prior
+    means for the rates, the first year's pelts for the initial populations."""
     data = ds.Data.from_csv(DATA, time="year", columns=["hare", "lynx"])
-    # a neutral start: the case study's prior means for the rates, the first year's pelts
-    guess = models.LotkaVolterra(alpha=1.0, beta=0.05, gamma=1.0, delta=0.05)
-    iterations = 200 if quick else 1000
-    posterior = ds.sample(
-        guess,
+    return ds.sample(
+        models.LotkaVolterra(alpha=1.0, beta=0.05, gamma=1.0, delta=0.05),
         jnp.asarray(data.values[0]),
         data,
         params=["alpha", "beta", "gamma", "delta"],
         initial_state=True,
         priors=priors(),
         likelihood="lognormal",
-        chains=4,
-        warmup=iterations,
-        draws=iterations,
-        key=jax.random.key(SEED),
+        chains=chains,
+        warmup=warmup,
+        draws=draws,
+        key=jax.random.key(seed),
     )
+
+
+def run(out_dir="out/posterior_lynx_hare", quick: bool = False) -> dict:
+    out, plt = _output.prepare(out_dir)
+    iterations = 200 if quick else 1000
+    posterior = sample(chains=4, warmup=iterations, draws=iterations)
     print(posterior.summary(quantiles=(0.1, 0.5, 0.9)))
     table = posterior.table(quantiles=(0.1, 0.5, 0.9))
     comparison = {}
@@ -144,7 +148,7 @@ def run(out_dir="out/posterior_lynx_hare", quick: bool = False) -> dict:
             warmup=iterations,
             draws=iterations,
             seed=SEED,
-            priors={k: repr(v) for k, v in priors().items()},
+            priors=posterior.settings.priors,
             likelihood="lognormal",
         ),
     )

@@ -1,7 +1,9 @@
 """`ds.sample` and `ds.Posterior`: a posterior with a closed form, a count model with
 negative-binomial noise, the posterior's views and files, and the errors for bad input."""
 
+import sys
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,9 @@ from jaxtyping import Array
 
 import diffsim as ds
 import models
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from posterior_lynx_hare import priors  # noqa: E402
 
 K_TRUE, SIGMA = 0.4, 0.1
 PRIOR_MEAN, PRIOR_SD = 0.3, 0.2
@@ -142,15 +147,7 @@ def test_lynx_hare_priors_are_checked():
     data = ds.Data.from_csv("experiments/data/lynx_hare.csv", time="year", columns=["hare", "lynx"])
     guess = models.LotkaVolterra(alpha=1.0, beta=0.05, gamma=1.0, delta=0.05)
     y0 = jnp.asarray(data.values[0])
-    good = {
-        "alpha": dist.TruncatedNormal(1.0, 0.5, low=0.0),
-        "beta": dist.TruncatedNormal(0.05, 0.05, low=0.0),
-        "gamma": dist.TruncatedNormal(1.0, 0.5, low=0.0),
-        "delta": dist.TruncatedNormal(0.05, 0.05, low=0.0),
-        "y0[prey]": dist.LogNormal(np.log(10.0), 1.0),
-        "y0[predator]": dist.LogNormal(np.log(10.0), 1.0),
-        "sigma": dist.LogNormal(-1.0, 1.0).expand([2]),
-    }
+    good = priors()  # the Stan case study's, as the experiment uses them
     options = dict(
         params=["alpha", "beta", "gamma", "delta"],
         initial_state=True,

@@ -171,3 +171,23 @@ def to_unconstrained(theta, blocks, maps):
         x = theta[block.start : block.start + block.size].reshape(block.shape)
         pieces.append(jnp.ravel(transform.inv(x)))
     return jnp.concatenate(pieces)
+
+
+def describe(prior) -> str:
+    """A prior as stable text (its class and parameters, e.g. `LeftTruncatedDistribution(
+    Normal(loc=1, scale=0.5), low=0)`) for provenance: numpyro's `repr` holds an object
+    address, which changes from run to run."""
+    args = []
+    base = getattr(prior, "base_dist", None)
+    own = set(getattr(prior, "arg_constraints", {})) - {"low", "high"}
+    if base is not None and not own:  # a wrapper (truncated, expanded): what it wraps
+        args.append(describe(base))
+    for key in getattr(prior, "arg_constraints", {}):
+        value = getattr(prior, key, None)
+        if value is not None:
+            values = np.asarray(value, dtype=float)
+            text = f"{float(values):.6g}" if values.ndim == 0 else str(values.round(6).tolist())
+            args.append(f"{key}={text}")
+    if base is not None and tuple(prior.batch_shape) != tuple(base.batch_shape):
+        args.append(f"shape={tuple(prior.batch_shape)}")
+    return f"{type(prior).__name__}({', '.join(args)})"

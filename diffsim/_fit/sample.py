@@ -233,7 +233,7 @@ def sample(
             thin=thin,
             target_accept=float(target_accept),
             dense_mass=bool(dense_mass),
-            priors={b.name: repr(d) for b, d in zip(blocks, distributions)},
+            priors={b.name: prior_tools.describe(d) for b, d in zip(blocks, distributions)},
             solver=repr(solver),
             model=type(model).__name__,
         ),
