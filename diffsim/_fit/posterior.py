@@ -122,6 +122,10 @@ class Posterior:
 
     @property
     def warnings(self) -> tuple[str, ...]:
+        """Divergences, R-hat above 1.01, too few effective draws: what needs attention."""
+        return self._notes(self.table())
+
+    def _notes(self, table: dict) -> tuple[str, ...]:
         notes = []
         divergences = self.divergences
         if divergences.sum() > 0:
@@ -131,7 +135,6 @@ class Posterior:
                 "target_accept (e.g. 0.95), reparametrise, or check that the model can be "
                 "simulated over the prior's range"
             )
-        table = self.table()
         high = [n for n, row in table.items() if not row["r_hat"] <= RHAT_LIMIT]
         if high:
             notes.append(
@@ -170,7 +173,7 @@ class Posterior:
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         for row in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        lines += [f"warning: {w}" for w in self.warnings]
+        lines += [f"warning: {w}" for w in self._notes(table)]
         return "\n".join(lines)
 
     # --- ArviZ and files ------------------------------------------------------------------------

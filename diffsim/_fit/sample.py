@@ -28,7 +28,7 @@ from .data import as_data, FitWarning
 from .fit import fit as run_fit
 from .libraries import third_party_promotion
 from .posterior import Posterior, PosteriorSettings
-from .problem import BOTH, IDENTITY, LOWER, Problem, UPPER
+from .problem import BOTH, LOWER, Problem, UPPER
 from .result import FitResult
 from .setup import assemble, FitSpec
 
@@ -288,7 +288,6 @@ def _domains(problem: Problem, extra_count: int):
     kinds = np.asarray(problem.layout.kinds)
     lower = np.where(np.isin(kinds, (LOWER, BOTH)), np.asarray(problem.lower, float), -np.inf)
     upper = np.where(np.isin(kinds, (UPPER, BOTH)), np.asarray(problem.upper, float), np.inf)
-    assert set(kinds) <= {IDENTITY, LOWER, UPPER, BOTH}
     return (
         np.concatenate([lower, np.zeros(extra_count)]),
         np.concatenate([upper, np.full(extra_count, np.inf)]),

@@ -30,6 +30,14 @@ def check_ranges(caller: str, ranges):
     return tuple(names), np.array(low), np.array(high)
 
 
+def check_bootstrap(caller: str, bootstrap, level) -> None:
+    """The resamples of a design's bootstrap intervals (an int >= 0) and their coverage."""
+    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
+        raise ValueError(f"{caller}: bootstrap must be an int >= 0, got {bootstrap!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"{caller}: level must be in (0, 1), got {level!r}")
+
+
 def run_design(caller: str, model, names, design, y0, ts, *, reduce, **options) -> np.ndarray:
     """The scalar quantity `reduce(solution)` of every row of `design` (points, parameters),
     from one `ds.sweep` (`options`: its solver, dt, chunk_size, store, progress, max_steps).

@@ -17,7 +17,7 @@ the JAX stack, as for `ds.sobol`); the simulations are what `ds.sweep` runs.
 
 import numpy as np
 
-from .design import check_ranges, run_design
+from .design import check_bootstrap, check_ranges, run_design
 
 
 def morris(
@@ -64,10 +64,7 @@ def morris(
         raise ValueError(
             f"morris: levels must be even (Δ = p / (2(p − 1)) then lands on the grid), got {levels}"
         )
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
-        raise ValueError(f"morris: bootstrap must be an int >= 0, got {bootstrap!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"morris: level must be in (0, 1), got {level!r}")
+    check_bootstrap("morris", bootstrap, level)
     d, r = len(names), trajectories
     unit, order, delta = _trajectories(d, r, levels, np.random.default_rng(seed))
     design = low + (high - low) * unit.reshape(-1, d)

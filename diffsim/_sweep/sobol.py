@@ -21,7 +21,7 @@ the simulations, the costly part, are what `ds.sweep` runs.
 import numpy as np
 
 from .._quasirandom import halton_unit
-from .design import check_ranges, run_design
+from .design import check_bootstrap, check_ranges, run_design
 
 
 def sobol(
@@ -70,10 +70,7 @@ def sobol(
     names, low, high = check_ranges("sobol", ranges)
     if isinstance(base_samples, bool) or not isinstance(base_samples, int) or base_samples < 2:
         raise ValueError(f"sobol: base_samples must be an int >= 2, got {base_samples!r}")
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
-        raise ValueError(f"sobol: bootstrap must be an int >= 0, got {bootstrap!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"sobol: level must be in (0, 1), got {level!r}")
+    check_bootstrap("sobol", bootstrap, level)
     d, n = len(names), base_samples
     unit = halton_unit(n, 2 * d)
     a = low + (high - low) * unit[:, :d]
