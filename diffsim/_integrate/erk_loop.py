@@ -19,7 +19,6 @@ from typing import NamedTuple
 import diffrax
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jaxtyping import Array, PyTree
 
 from .._results import RESULTS
@@ -35,6 +34,7 @@ from .step_control import (
     next_step,
     save_dense,
     scale_tree,
+    step_loop,
     unfinished,
 )
 
@@ -133,5 +133,5 @@ def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int
         rejected=zero,
         code=jnp.array(RESULTS.successful, jnp.int32),
     )
-    final = lax.while_loop(going, step, init)
+    final = step_loop(going, step, init, buffers=lambda state: state.ys)
     return final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected

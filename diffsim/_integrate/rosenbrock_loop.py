@@ -39,6 +39,7 @@ from .step_control import (
     next_step,
     prepare,
     save_dense,
+    step_loop,
     unfinished,
 )
 
@@ -229,7 +230,7 @@ def _loop(solver, model, y0, ts, controls: Controls, events, *, max_steps: int) 
         init = init._replace(
             ys=ys, code=code0, g=g0, records=Records.empty(events, y0, dtype), done=untracked
         )
-    final = lax.while_loop(going, step, init)
+    final = step_loop(going, step, init, buffers=lambda state: state.ys)
     if table is None:
         return _Out(final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected)
     stopped_early = final.done & (final.t < t1)  # a terminal event (or a limit) ended it

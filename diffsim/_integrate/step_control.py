@@ -5,6 +5,7 @@ to t1, and writing the save times a step passes from its dense output."""
 
 from typing import NamedTuple
 
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,12 +126,14 @@ def empty_outputs(y0, n: int):
 def save_dense(ts, keep, t_next, y1, saved, ys, evaluate):
     """Write every save time that the accepted step ending at t_next passed, from the step's
     dense output `evaluate(t)` (y1 itself at t_next). Only the final time when len(ts) == 2:
-    no save loop to run or compile."""
+    no save loop to run or compile.
+
+    `ys` may be the loop's buffers (`step_loop`): they are only written, row by row, so that
+    under `jax.vmap` a write touches one row rather than selecting the whole buffer."""
     n = ts.shape[0]
     if n == 2:
         done = keep & (t_next >= ts[-1])
-        ys = jax.tree.map(lambda buf, y: buf.at[1].set(jnp.where(done, y, buf[1])), ys, y1)
-        return saved, ys
+        return saved, jax.tree.map(lambda y, buf: buf.at[1].set(y, pred=done), y1, ys)
 
     def save_more(carry):
         index, _ = carry
@@ -141,9 +144,21 @@ def save_dense(ts, keep, t_next, y1, saved, ys, evaluate):
         t_save = ts[index]
         value = evaluate(t_save)
         value = jax.tree.map(lambda a, b: jnp.where(t_save == t_next, a, b), y1, value)
-        return index + 1, jax.tree.map(lambda buf, v: buf.at[index].set(v), ys, value)
+        # the values first: a buffer is a pytree of its own
+        return index + 1, jax.tree.map(lambda v, buf: buf.at[index].set(v), value, ys)
 
-    return lax.while_loop(save_more, save, (saved, ys))
+    return eqxi.while_loop(
+        save_more, save, (saved, ys), max_steps=n, buffers=lambda carry: carry[1], kind="lax"
+    )
+
+
+def step_loop(going, step, init, buffers):
+    """The loop of an adaptive solve: `lax.while_loop` semantics, with the output `buffers`
+    (a function of the carry) written in place. Under `jax.vmap` a plain while loop selects
+    its whole carry between old and new on every iteration (the predicate is batched), which
+    made a solve with many save times quadratic in their number (5,120 members, 401 outputs:
+    5.0 s against 0.31 s); equinox's buffers are exempt from that selection."""
+    return eqxi.while_loop(going, step, init, buffers=buffers, kind="lax")
 
 
 def unfinished(t, t1, steps, max_steps: int, code):
