@@ -12,6 +12,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._results import RESULTS
 from ._validate import all_finite, is_count
@@ -24,23 +25,29 @@ class Event(eqx.Module):
 
     - `condition(t, y) -> scalar`: a float that changes sign at the event (e.g. the height of a
       ball, `lambda t, y: y[0]`). It may be an `equinox.Module` holding arrays (they are traced
-      and differentiated like model parameters) or a closure.
+      and differentiated like model parameters) or a closure. A boolean condition (`y[0] >
+      level`) is an event where it flips (as +1 / -1; `direction=+1` from False to True),
+      located by bisection on the dense output; its event time carries no derivative (a jump
+      has no slope to follow), and the solves diffrax runs cannot locate it
+      (`ds.RESULTS.event_failed`): write a signed distance (`y[0] - level`) for those.
     - `direction`: `-1` fires only when the condition goes from positive to zero or negative
       (falling), `+1` only from negative to zero or positive (rising), `0` (default) both.
     - `terminal`: stop the trajectory at the event. Default: True without `reset`, False with one.
     - `reset(t, y) -> y`: the state the integration restarts from at the event time (a bounce,
       an impact, a switch); same structure, shapes and dtypes as `y`.
     - `max_events`: static number of occurrences recorded (and, with `reset`, allowed: one more
-      crossing stops the trajectory with `ds.RESULTS.event_limit_reached`). Terminal events
-      occur once. A non-terminal event without reset only records its first `max_events`
-      crossings (a Poincaré section, say); its state is not changed, though a fixed-step solver
-      splits the step at the event (a step to the event time, then the rest of the step), which
-      moves the solution by the method's truncation error of the shorter steps.
+      crossing stops the trajectory with `ds.RESULTS.event_limit_reached`). A terminal event
+      stops the trajectory at its `max_events`-th occurrence (default the first; scipy's
+      `terminal=n`), the earlier ones recorded. A non-terminal event without reset only records
+      its first `max_events` crossings (a Poincaré section, say); its state is not changed,
+      though a fixed-step solver splits the step at the event (a step to the event time, then
+      the rest of the step), which moves the solution by the method's truncation error of the
+      shorter steps.
 
     The crossing is detected from the sign of `condition` at the ends of each step and located
     inside the step by root finding on the solver's interpolant (fixed-step solvers: the cubic
-    Hermite interpolant through both step ends; adaptive solvers: diffrax's dense output), so the
-    event time is accurate to the solver's order, not to the step. The event time is a
+    Hermite interpolant through both step ends; adaptive solvers: the method's dense output), so
+    the event time is accurate to the solver's order, not to the step. The event time is a
     differentiable function of the parameters and initial state (implicit function theorem), so
     `jax.grad` flows through impacts.
     """
@@ -71,6 +78,11 @@ class Event(eqx.Module):
                 f"Event: direction must be -1 (falling), 0 (either way) or +1 (rising), "
                 f"got {direction!r}"
             )
+        if terminal is not None and not isinstance(terminal, (bool, np.bool_)):
+            raise TypeError(
+                f"Event: terminal must be True or False, got {terminal!r}; to stop at the n-th "
+                "occurrence pass terminal=True, max_events=n"
+            )
         if terminal is None:
             terminal = reset is None
         if terminal and reset is not None:
@@ -80,8 +92,6 @@ class Event(eqx.Module):
             )
         if not is_count(max_events) or max_events < 1:
             raise ValueError(f"Event: max_events must be an int >= 1, got {max_events!r}")
-        if terminal and max_events != 1:
-            raise ValueError("Event: a terminal event occurs once; leave max_events at 1")
         self.condition = condition
         self.reset = reset
         self.direction = int(direction)
@@ -116,10 +126,14 @@ def evaluate(event: Event, t, y):
             f"an event condition must return a scalar, got shape {value.shape}; e.g. "
             "condition = lambda t, y: y[0] for the first component"
         )
+    if value.dtype == jnp.bool_:
+        # a discrete condition: +1 while it holds, -1 while not, so it crosses when it flips
+        # (direction=+1: from False to True); the flip is bracketed on the dense output
+        return jnp.where(value, 1, -1).astype(jnp.result_type(t))
     if not jnp.issubdtype(value.dtype, jnp.floating):
         raise TypeError(
-            f"an event condition must return a float that crosses zero, got {value.dtype}; "
-            "write a boolean test as a signed distance (e.g. y[0] - level instead of y[0] < level)"
+            f"an event condition must return a float that crosses zero (or a bool), got "
+            f"{value.dtype}; e.g. y[0] - level, or y[0] > level"
         )
     return value.astype(jnp.result_type(t))
 
@@ -233,8 +247,9 @@ class Records(eqx.Module):
 
 def restarts(events) -> int:
     """How often the integration can restart after an event: every occurrence of every event
-    that does not stop it (static; it sets the bounds of both event loops)."""
-    return sum(e.max_events for e in events if not e.terminal)
+    that does not stop it, and those of a terminal event before its last (static; it sets the
+    bounds of both event loops)."""
+    return sum(e.max_events - 1 if e.terminal else e.max_events for e in events)
 
 
 class EventTable(eqx.Module):
@@ -284,9 +299,11 @@ class EventTable(eqx.Module):
         there (`RESULTS.event_limit_reached`) instead of being reset."""
         return fired & self.resets[which] & (counts[which] >= self.limits[which])
 
-    def stops(self, fired, which, over_limit):
-        """Whether the firing of event `which` ends the trajectory."""
-        return fired & (self.terminal[which] | over_limit)
+    def stops(self, fired, which, counts, over_limit):
+        """Whether the firing of event `which` ends the trajectory (`counts`: the occurrences
+        before this one): a terminal event at its `max_events`-th occurrence."""
+        last = counts[which] + 1 >= self.limits[which]
+        return fired & ((self.terminal[which] & last) | over_limit)
 
     def after(self, which, apply, t, y):
         """The state the integration continues from after event `which` at (t, y): its reset

@@ -69,7 +69,11 @@ _MESSAGES = {
         "an event could not be tracked: its condition returned NaN or inf at a finite state, or "
         "its crossing could not be located (a condition that jumps, like a step function, has "
         "no zero for the root finder to find). Write the condition as a continuous signed "
-        "distance that is finite wherever the state is (e.g. y[0] - level)"
+        "distance that is finite wherever the state is (e.g. y[0] - level). Or, in a solve "
+        "diffrax runs (ds.Kvaerno5, ds.Diffrax, an adjoint other than 'auto'), two conditions "
+        "crossed in one step and diffrax located the one listed first, not the earliest: "
+        "give the solver a dtmax shorter than the time between them, or use an explicit pair "
+        "(ds.Tsit5, ...) or a Rosenbrock method (ds.Rodas5P, ...), which locate the earliest"
     ),
     RESULTS.inconsistent_initial_state: (
         "y0 does not satisfy the algebraic equations of the differential-algebraic model (the "

@@ -121,6 +121,31 @@ def test_y0_that_does_not_fit_the_model(model, y0, match):
         ds.simulate(model, y0, TS, solver=ds.Tsit5())
 
 
+def test_an_error_raised_by_the_vector_field_keeps_its_type():
+    # a user's own TypeError comes back as a TypeError, with the model named
+    def broken(t, y, p):
+        raise TypeError("my model needs a dict of parameters")
+
+    with pytest.raises(TypeError, match="ODE.*my model needs a dict of parameters"):
+        ds.simulate(ds.ODE(broken, None), jnp.ones(2), TS, solver=ds.Tsit5())
+
+
+@pytest.mark.parametrize(
+    "solver", [ds.Tsit5(), ds.RK4(), ds.Rodas5P(), ds.Kvaerno5()], ids=lambda s: type(s).__name__
+)
+def test_a_vector_field_returning_a_python_number(solver):
+    # dy/dt = 1.0 (a Python float, as scipy users write a constant rate): y(2) = 2
+    options = {} if solver.adaptive else {"dt": 0.1}
+    sol = ds.simulate(
+        ds.ODE(lambda t, y, p: 1.0, None),
+        jnp.array(0.0),
+        jnp.array([0.0, 2.0]),
+        solver=solver,
+        **options,
+    )
+    assert float(sol.ys[-1]) == pytest.approx(2.0, rel=1e-12)
+
+
 def test_nonfinite_y0():
     with pytest.raises(ValueError, match="y0 holds NaN or inf"):
         ds.simulate(PENDULUM, jnp.array([jnp.nan, 0.0]), TS, solver=ds.RK4(), dt=0.01)

@@ -19,14 +19,15 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, PyTree
 
-from .._events import evaluate, EventTable, Records
+from .._events import crossed, evaluate, EventTable, Records, start_value
 from .._results import RESULTS
 from .._solver.adaptive import AbstractDiffraxMethod
 from .._validate import (
     all_finite,
 )
+from .adaptive_loop import run_any_order, solved
 from .common import events_result, leading_mask, mask_invalid, nonfinite_code
-from .erk_loop import solve_erk, supports
+from .erk_loop import ExplicitPair, solve_erk, supports
 from .families import Solved, SolveRequest, solves
 from .forward_jacobian import count_inputs, jvp_by_jacobian
 from .step_control import check_adaptive_request, prepare
@@ -46,6 +47,8 @@ def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) 
     try:
         if request.events is None:
             return solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint)
+        if adjoint == "auto" and supports(solver.to_diffrax()):
+            return solve_pair_events(*arguments, request.events, max_steps=int(max_steps))
         return solve_adaptive_events(
             *arguments, request.events, max_steps=int(max_steps), adjoint=adjoint
         )
@@ -105,6 +108,16 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
     result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
     return Solved(mask_invalid(valid, out.ys), _stats(inner, out.accepted, out.rejected), result)
+
+
+@eqx.filter_jit
+def solve_pair_events(solver, model, y0, ts, dt0, events, *, max_steps: int):
+    """An explicit pair with events: diffsim's adaptive loop (`adaptive_loop`), which locates
+    the earliest crossing in a step on the pair's dense output."""
+    inner = solver.to_diffrax()
+    valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
+    out = run_any_order(ExplicitPair(inner), model, y0, ts, controls, events, max_steps=max_steps)
+    return solved(valid, out, _stats(inner, out.accepted, out.rejected), events)
 
 
 class _Condition(eqx.Module):
@@ -193,6 +206,11 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         ys = jax.tree.map(
             lambda buf, seg: jnp.where(leading_mask(take, buf), seg, buf), c.ys, out.ys
         )
+        # diffrax locates the condition listed first among those that changed sign in the
+        # step; one that is already past its crossing at that time crossed earlier. Not
+        # located, it is reported rather than lost.
+        overtaken = fired & _crossed_earlier(table, model, c.g, watched, which, t_final, y_final)
+        fired = fired & ~overtaken
         over_limit = table.over_limit(fired, which, counts)
         records = c.records.add(which, fired & ~over_limit, t_final, y_final, events)
         y_next = table.after(which, fired & ~over_limit, t_final, y_final)
@@ -201,14 +219,14 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         lost = active & table.lost(g_next, y_next)
         # a reset that returned NaN or inf: nothing can be integrated from there
         broken = active & fired & ~all_finite(y_next)
-        failed = (active & (out.code != RESULTS.successful)) | lost | broken
-        code = table.code(jnp.where(failed, out.code, c.code), over_limit, lost)
+        failed = (active & (out.code != RESULTS.successful)) | lost | broken | overtaken
+        code = table.code(jnp.where(failed, out.code, c.code), over_limit, lost | overtaken)
         new = _SegmentState(
             t=t_final,
             y=y_next,
             g=g_next,
             records=records,
-            done=c.done | ~fired | table.stops(fired, which, over_limit) | failed,
+            done=c.done | ~fired | table.stops(fired, which, counts, over_limit) | failed,
             code=jnp.where(broken, RESULTS.nonfinite_state, code).astype(jnp.int32),
             ys=ys,
             filled=c.filled | take,
@@ -231,6 +249,18 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         reached=final.filled & valid,
         records=final.records,
     )
+
+
+def _crossed_earlier(table, model, g_start, watched, which, t, y):
+    """Whether a watched condition other than `which` (the one diffrax located at (t, y)) is
+    past a crossing there: it crossed earlier in the same step. A value on zero counts as not
+    crossed yet (`start_value`), so simultaneous crossings are not flagged."""
+    scale = jnp.maximum(jnp.abs(t), 1.0)
+    flags = [
+        (which != i) & watched[i] & crossed(e, g_start[i], start_value(e, model, t, y, scale))
+        for i, e in enumerate(table.events)
+    ]
+    return jnp.any(jnp.stack(flags))
 
 
 class _Segment(NamedTuple):

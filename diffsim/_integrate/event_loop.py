@@ -157,7 +157,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             solver_state=new.solver_state,
             j=j_next,
             g=new.g,
-            done=table.stops(any_hit, new.which, over_limit) | lost | (j_next >= total),
+            done=table.stops(any_hit, new.which, counts_now, over_limit) | lost | (j_next >= total),
             code=table.code(c.code, over_limit, lost),
             last_saved=jnp.where(save, interval + 1, c.last_saved).astype(jnp.int32),
             steps=c.steps + 1,

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
+from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event
-from .._model import AbstractODE, AbstractSDE, check_model
+from .._model import AbstractODE, AbstractSDE, check_model, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
 from .._solver.base import AbstractSolver, check_solver
@@ -169,6 +170,7 @@ def simulate(
     # a device array would compile two small programs before the solve's own)
     t0 = times[0] if is_traced(ts) else to_device(np.asarray(host_ts)[0], dtype)
     once(_check_state, model, y0, t0)
+    model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
     event_list = None if events is None else _prepared_events(events, solver, t0, y0)
@@ -251,7 +253,30 @@ def _prepared_events(events, solver, t0, y0) -> tuple:
         )
     event_list = _cast_floats(event_list, t0.dtype)
     once(_check_events, event_list, t0, y0)
-    return event_list
+    return tuple(_lift_event(event, t0, y0) for event in event_list)
+
+
+def _lift_event(event: Event, t0, y0) -> Event:
+    """The event with a condition or reset that closes over traced values turned into a pytree
+    holding them (`_closure.lift_closure`), so they are differentiated in every solver."""
+    event = eqx.tree_at(lambda e: e.condition, event, lift_closure(event.condition, t0, y0))
+    if event.reset is None:
+        return event
+    return eqx.tree_at(lambda e: e.reset, event, lift_closure(event.reset, t0, y0))
+
+
+def _lift_model(model, t0, y0):
+    """An `ODE` whose function closes over traced values (built inside a transformed
+    function) as an `ODE` of a fixed function whose parameters hold them as leaves
+    (`_closure.lift_closure`); any other model unchanged."""
+    if type(model) is not ODE or not closes_over_tracer(model.fn):
+        return model
+    lifted = lift_closure(model.fn, t0, y0, model.params)
+    return ODE(_call_lifted, {"fn": lifted, "params": model.params}, model.mass)
+
+
+def _call_lifted(t, y, params):
+    return params["fn"](t, y, params["params"])
 
 
 def real_dtype(y0):
@@ -292,11 +317,15 @@ def _check_state(model, y0, t0) -> None:
         labels = f" ({', '.join(model.state_names)})" if model.state_names else ""
         raise ValueError(f"y0 must have shape {tuple(expected)}{labels} for {name}, got {y0.shape}")
     try:
-        out = eqx.filter_eval_shape(lambda m, t, y: m.vector_field(t, y), model, t0, y0)
+        # a Python number returned (a constant rate) counts as a 0-d array of the state's dtype
+        out = eqx.filter_eval_shape(
+            lambda m, t, y: jax.tree.map(jnp.asarray, m.vector_field(t, y)), model, t0, y0
+        )
     except Exception as error:  # re-raised with the argument named; the cause stays chained
-        raise ValueError(
-            f"y0 does not fit {name}: its vector_field failed on a state of shape "
-            f"{describe(y0)}: {error}"
+        raise _same_kind(
+            error,
+            f"y0 does not fit {name}, or its vector_field is broken: it failed on a state of "
+            f"shape {describe(y0)}: {type(error).__name__}: {error}",
         ) from error
     if jax.tree.structure(out) != jax.tree.structure(y0) or any(
         a.shape != b.shape for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
@@ -312,6 +341,15 @@ def _check_state(model, y0, t0) -> None:
                 "model has a fixed dtype; build constants from the state (e.g. jnp.asarray(c, "
                 "y.dtype)) so results keep the input dtype"
             )
+
+
+def _same_kind(error: Exception, message: str) -> Exception:
+    """`message` as an exception of `error`'s type where that type takes a message (so a
+    user's own TypeError stays a TypeError), else as a ValueError."""
+    try:
+        return type(error)(message)
+    except Exception:
+        return ValueError(message)
 
 
 def _check_events(events, t0, y0) -> None:

@@ -20,35 +20,43 @@ from .families import SolveRequest
 
 
 def rms(tree):
+    """The root mean square over every component of `tree`; 0 for a state without components
+    (0/0 would make every step's error NaN, and every step rejected)."""
     leaves = [jnp.abs(x) ** 2 for x in jax.tree.leaves(tree)]
-    total = sum(jnp.sum(x) for x in leaves)
-    return jnp.sqrt(total / sum(x.size for x in leaves))
+    size = sum(x.size for x in leaves)
+    if size == 0:
+        return jnp.zeros((), leaves[0].dtype if leaves else float)
+    return jnp.sqrt(sum(jnp.sum(x) for x in leaves) / size)
 
 
 def scale_tree(f, tree):
     return jax.tree.map(lambda x: f * x, tree)
 
 
-def initial_step(error_order: int, vector_field, t0, y0, rtol, atol):
-    """The first step of an adaptive solve when none is given: Hairer's rule (Hairer, Nørsett &
-    Wanner, Solving ODEs I, II.4), as diffrax's `_select_initial_step` writes it, for a method
-    whose error estimate is O(h^error_order). (diffrax 0.7 never applies that rule itself: it
-    receives its terms wrapped, and starts every solve with 0.01 whatever the time scale.
-    `simulate` passes this step to diffrax as well, so that solves that run in diffrax take the
-    same steps as the lean loop.)"""
+def initial_step(error_order: int, vector_field, t0, t1, y0, rtol, atol):
+    """The first step of an adaptive solve from t0 to t1 when none is given: Hairer's rule
+    (Hairer, Nørsett & Wanner, Solving ODEs I, II.4), as diffrax's `_select_initial_step`
+    writes it, for a method whose error estimate is O(h^error_order), with its trial step kept
+    inside the span (as scipy's `select_initial_step` since gh-17341): the vector field is not
+    evaluated beyond t1, where it may not be defined. (diffrax 0.7 never applies that rule
+    itself: it receives its terms wrapped, and starts every solve with 0.01 whatever the time
+    scale. `simulate` passes this step to diffrax as well, so that solves that run in diffrax
+    take the same steps as the lean loop.)"""
     f0 = vector_field(t0, y0)
     scale = jax.tree.map(lambda y: atol + jnp.abs(y) * rtol, y0)
     ratio = lambda a: jax.tree.map(lambda x, s: x / s, a, scale)  # noqa: E731
     d0, d1 = rms(ratio(y0)), rms(ratio(f0))
     small = (d0 < 1e-5) | (d1 < 1e-5)
     h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1, d1)))
+    span = t1 - t0
+    h0 = jnp.minimum(h0, span)
     f1 = vector_field(t0 + h0, jax.tree.map(lambda y, k: y + h0 * k, y0, f0))
     d2 = rms(ratio(jax.tree.map(lambda a, b: a - b, f1, f0))) / h0
     max_d = jnp.maximum(d1, d2)
     h1 = jnp.where(
         max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), (0.01 / max_d) ** (1 / error_order)
     )
-    return lax.stop_gradient(jnp.minimum(100 * h0, h1).astype(jnp.result_type(t0)))
+    return lax.stop_gradient(jnp.minimum(jnp.minimum(100 * h0, h1), span).astype(t0.dtype))
 
 
 class Controls(NamedTuple):
@@ -205,7 +213,7 @@ def prepare(solver, error_order: int, model, y0, ts, dt0):
     dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
     dtmax = None if solver.dtmax is None else solver.dtmax.astype(dtype)
     if dt0 is None:
-        dt0 = initial_step(error_order, model.vector_field, ts[0], y0, rtol, atol)
+        dt0 = initial_step(error_order, model.vector_field, ts[0], ts[-1], y0, rtol, atol)
     dt0 = jnp.asarray(dt0, dtype)
     if dtmax is not None:
         dt0 = jnp.minimum(dt0, dtmax)

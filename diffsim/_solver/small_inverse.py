@@ -25,6 +25,8 @@ SMALL_SYSTEM = 8
 def inverse(a):
     """a⁻¹ by Gauss–Jordan elimination with partial pivoting."""
     n = a.shape[0]
+    if n == 0:  # a state without components: nothing to eliminate (the loop body indexes)
+        return a
     rows = jnp.arange(n)
 
     def eliminate(k, augmented):

@@ -1,0 +1,289 @@
+"""diffsim's own adaptive loop, shared by the explicit pairs (`erk_loop`) and the Rosenbrock
+methods (`rosenbrock_loop`): attempt a step, accept or reject it by the error norm, write the
+save times it passed from its dense output, and, with events, find the earliest crossing in
+an accepted step on that dense output, record it and stop or reset there.
+
+A method enters as a `Stepper` (its first step carry, one attempted step with its dense
+output), so both families step, save, fire events and count alike. The loop is a bounded
+`while_loop` per member: under `jax.vmap` every member keeps its own step sizes, and the
+output buffers are written row by row (`step_loop`). Derivatives in every mode by the
+forward-mode Jacobian of the loop (`run_any_order`, `forward_jacobian`); the step sizes are held
+fixed, event times carry their derivatives (`event_loop.locate`).
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, PyTree
+
+from .._events import crossed, evaluate, EventTable, Records
+from .._results import RESULTS
+from .._validate import all_finite
+from .common import events_result, mask_invalid, nonfinite_code
+from .event_loop import locate
+from .families import Solved
+from .forward_jacobian import jvp_by_jacobian
+from .step_control import (
+    advance_time,
+    Controls,
+    empty_outputs,
+    end_floor,
+    error_ratio,
+    final_code,
+    first_step,
+    next_step,
+    save_dense,
+    step_loop,
+    unfinished,
+)
+
+
+class Attempt(NamedTuple):
+    """One attempted step from t to t + h."""
+
+    y1: PyTree  # the state at t + h
+    error: PyTree  # the error estimate of y1
+    evaluate: Callable  # the dense output: the state at a time in [t, t + h]
+    carry: PyTree  # what the method carries into the next step if this one is accepted
+
+
+class Stepper(Protocol):
+    """A method as the loop sees it."""
+
+    error_order: int  # the error estimate is O(h^error_order)
+
+    def start(self, t, y) -> PyTree:
+        """The carry of the first step from (t, y), and of the step after an event moved or
+        reset the state (an FSAL method's vector field there)."""
+
+    def attempt(self, t, h, y, carry) -> Attempt: ...
+
+
+class Method(eqx.Module):
+    """A family's method as `run_any_order` takes it: a pytree (its arrays are traced) that
+    builds the `Stepper` for a model."""
+
+    def stepper(self, model, y0) -> Stepper:
+        raise NotImplementedError
+
+
+class Out(NamedTuple):
+    """What the loop returns."""
+
+    ys: PyTree  # the states at ts (inf where not reached; NaN after a terminal event)
+    code: Array  # int32 RESULTS code
+    accepted: Array  # int32
+    rejected: Array  # int32
+    records: Records | None = None  # with events: every occurrence
+    reached: Array | None = None  # with events: bool (times,), False after a terminal event
+
+
+class _State(NamedTuple):
+    """The carry of the loop."""
+
+    t: Array  # the time reached (the start of the next attempt)
+    t_next: Array  # where the next attempt ends
+    y: PyTree  # the state at t
+    carry: PyTree  # the method's carry at (t, y)
+    ys: PyTree  # the output buffer (times,) + state shape
+    saved: Array  # int32: the number of output rows written
+    accepted: Array  # int32
+    rejected: Array  # int32
+    code: Array  # int32 RESULTS code (step_size_collapsed below dtmin)
+    # with events (else None): the condition values the next crossing test starts from,
+    # every occurrence so far, and whether the member has stopped (a terminal event)
+    g: tuple | None = None
+    records: Records | None = None
+    done: Array | None = None
+
+
+def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_steps: int) -> Out:
+    """Solve from y0 at ts[0] to ts[-1] with `stepper`, saving at every time in ts, with the
+    step-size `controls` and `events` (a tuple of `ds.Event`, or None)."""
+    dtype = ts.dtype
+    t0, t1 = ts[0], ts[-1]
+    t1_floor = end_floor(t1)
+    table = None if events is None else EventTable(events)
+    time_scale = jnp.maximum(jnp.abs(t1), t1 - t0)
+    select = lambda keep, a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
+
+    def step(state: _State) -> _State:
+        t, t_next, y, code = state.t, state.t_next, state.y, state.code
+        h = t_next - t
+        attempt = stepper.attempt(t, h, y, state.carry)
+        ratio = error_ratio(y, attempt.y1, attempt.error, controls)
+        keep, dt, code = next_step(t, t_next, ratio, stepper.error_order, controls, code)
+        if table is None:
+            saved, ys = save_dense(
+                ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate
+            )
+            t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
+            y_new, carry_new = select(keep, (attempt.y1, attempt.carry), (y, state.carry))
+            extra = {}
+        else:
+            found = _event_in_step(
+                table, model, stepper, t, h, attempt, state, keep, code, time_scale
+            )
+            code = found.code
+            saved, ys = save_dense(
+                ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate
+            )
+            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, t1, t1_floor)
+            y_new, carry_new = select(keep, (found.y_after, found.carry), (y, state.carry))
+            done = state.done | found.stop | (keep & (t_new >= t1))
+            extra = dict(g=found.g, records=found.records, done=done)
+        return _State(
+            t=t_new,
+            t_next=t_next_new,
+            y=y_new,
+            carry=carry_new,
+            ys=ys,
+            saved=saved,
+            accepted=state.accepted + keep.astype(jnp.int32),
+            rejected=state.rejected + (~keep).astype(jnp.int32),
+            code=code,
+            **extra,
+        )
+
+    def going(state: _State):
+        steps = state.accepted + state.rejected
+        more = unfinished(state.t, t1, steps, max_steps, state.code)
+        return more if state.done is None else more & ~state.done
+
+    zero = jnp.array(0, jnp.int32)
+    init = _State(
+        t=t0,
+        t_next=jnp.minimum(t0 + first_step(controls, dtype), t1),
+        y=y0,
+        carry=stepper.start(t0, y0),
+        ys=empty_outputs(y0, ts.shape[0]),
+        saved=jnp.array(1, jnp.int32),
+        accepted=zero,
+        rejected=zero,
+        code=jnp.array(RESULTS.successful, jnp.int32),
+    )
+    if table is not None:
+        g0, untracked, code0 = table.start(model, t0, y0, time_scale)
+        # outputs after a terminal event are NaN, as in the other event loops
+        ys = jax.tree.map(lambda b: jnp.where(jnp.isinf(b), jnp.nan, b), init.ys)
+        init = init._replace(
+            ys=ys, code=code0, g=g0, records=Records.empty(events, y0, dtype), done=untracked
+        )
+    final = step_loop(going, step, init, buffers=lambda state: state.ys)
+    if table is None:
+        return Out(final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected)
+    stopped_early = final.done & (final.t < t1)  # a terminal event (or a limit) ended it
+    code = jnp.where(stopped_early, final.code, final_code(final.t, t1, final.code))
+    reached = jnp.arange(ts.shape[0], dtype=jnp.int32) < final.saved
+    return Out(final.ys, code, final.accepted, final.rejected, final.records, reached)
+
+
+def solved(valid, out: Out, stats: dict, events, code_override=None) -> Solved:
+    """The loop's `Out` as `simulate` takes it: NaN outputs and `RESULTS.invalid_input` for a
+    member whose inputs failed the traced guard (`valid` False); `code_override`, where not
+    None, replaces the result code (a DAE's inconsistent start)."""
+    if events is None:
+        code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
+        result = jnp.where(valid, code, RESULTS.invalid_input)
+    else:
+        result = events_result(valid, out.ys, out.reached, out.code)
+    if code_override is not None:
+        result = jnp.where(code_override == RESULTS.successful, result, code_override)
+    result = result.astype(jnp.int32)
+    if events is None:
+        return Solved(mask_invalid(valid, out.ys), stats, result)
+    stats = dict(stats, num_events=jnp.sum(out.records.counts, dtype=jnp.int32))
+    return Solved(
+        ys=mask_invalid(valid, out.ys),
+        stats=stats,
+        result=result,
+        reached=out.reached & valid,
+        records=out.records,
+    )
+
+
+@eqx.filter_custom_jvp
+def run_any_order(method: Method, model, y0, ts, controls, events, *, max_steps: int) -> Out:
+    """`run` with `method.stepper(model, y0)`, differentiable in every mode: the loop holds no
+    custom rule inside, so its tangent is the forward-mode Jacobian of the loop
+    (`forward_jacobian`), through the stages, the dense output and the event location."""
+    return run(method.stepper(model, y0), model, y0, ts, controls, events, max_steps=max_steps)
+
+
+@run_any_order.def_jvp
+def _run_any_order_jvp(primals, tangents, *, max_steps):
+    def solve(*args):
+        method, model, y0 = args[:3]
+        out = run(method.stepper(model, y0), model, y0, *args[3:], max_steps=max_steps)
+        times = None if out.records is None else (out.records.times, out.records.states)
+        return (out.ys, times), out
+
+    out, (ys_tangent, times_tangent) = jvp_by_jacobian(solve, primals, tangents)
+    records = None
+    if out.records is not None:
+        records = Records(times=times_tangent[0], states=times_tangent[1], counts=None)
+    tangent = Out(
+        ys=ys_tangent, code=None, accepted=None, rejected=None, records=records, reached=None
+    )
+    return out, tangent
+
+
+class _EventStep(NamedTuple):
+    """Where an attempted step ends with events: the located event or its own end."""
+
+    t_end: Array  # the event's time, or t + h
+    y_end: PyTree  # the state there, before a reset
+    y_after: PyTree  # the state the next step starts from (after a reset)
+    carry: PyTree  # the method's carry there
+    g: tuple  # the condition values the next crossing test starts from
+    records: Records  # every occurrence so far
+    stop: Array  # bool: the member stops here (terminal event, limit, lost condition)
+    code: Array  # int32 RESULTS code
+
+
+def _event_in_step(
+    table, model, stepper, t, h, attempt: Attempt, state: _State, keep, code, time_scale
+):
+    """The event logic of the attempted step from t to t + h: whether the accepted step
+    crossed an event's condition, the earliest crossing located on the method's dense output,
+    its record and reset."""
+    events = table.events
+    t_next, y1 = t + h, attempt.y1
+    g1 = tuple(evaluate(e, t_next, y1) for e in events)
+    counts = state.records.counts
+    watched = table.watched(counts)
+    live = ~state.done & keep
+    hits = [live & crossed(e, state.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
+    any_hit = jnp.any(jnp.stack(hits))
+    no = jnp.array(False)
+    plain = (t_next, y1, y1, attempt.carry, g1, state.records, no, no)
+
+    def event():
+        which, t_ev, y_ev = locate(
+            events, t, h, lambda theta: attempt.evaluate(t + theta * h), state.g, g1, hits
+        )
+        over = table.over_limit(any_hit, which, counts)
+        y_after = table.after(which, ~over, t_ev, y_ev)
+        g_after = table.restart(model, t_ev, y_after, time_scale)
+        records = state.records.add(which, any_hit & ~over, t_ev, y_ev, events)
+        stops = table.stops(any_hit, which, counts, over)
+        carry = stepper.start(t_ev, y_after)
+        located = (t_ev, y_ev, y_after, carry, g_after, records, stops, over)
+        return jax.tree.map(lambda a, b: jnp.where(any_hit, a, b), located, plain)
+
+    # the root finding, and the writes into the records (scatters under vmap), only run on
+    # steps where some member crossed
+    t_end, y_end, y_after, carry, g_new, records, stops, over = jax.lax.cond(
+        eqxi.unvmap_any(any_hit), event, lambda: plain
+    )
+    lost = live & table.lost(g1, y1)
+    code = jnp.where(live, table.code(code, over, lost), code)
+    # a reset that returned NaN or inf: nothing can be integrated from there
+    broken = live & any_hit & ~all_finite(y_after)
+    code = jnp.where(broken, RESULTS.nonfinite_state, code).astype(jnp.int32)
+    g_new = tuple(jnp.where(keep, a, b) for a, b in zip(g_new, state.g))
+    return _EventStep(t_end, y_end, y_after, carry, g_new, records, stops | lost | broken, code)
