@@ -228,3 +228,83 @@ def test_args_single_value():
     model = ds.ODE(lambda t, y, a: a * y, -1.0)
     sol = ds.simulate(model, jnp.array([1.0]), jnp.array([0.0, 0.1]), solver=ds.Dopri5())
     np.testing.assert_allclose(sol.ys[-1, 0], np.exp(-0.1), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [ds.Dopri8(rtol=1e-10, atol=1e-13), ds.Rodas5P(rtol=1e-10, atol=1e-13)],
+    ids=solver_id,
+)
+def test_args(solver):
+    """test_args (scipy runs Radau; DOP853's dense output meets the same bounds): an oscillator
+    and a logistic z in one system, events x falling through 0, y rising through 0 and the
+    terminal z = 0.99, which z reaches at t = 5. Event times to rtol 1e-7, the solution at
+    249 times before it to rtol 1e-9 / atol 1e-12, the component that crossed zero at the
+    events to 5e-14 (the other, by the closed form x = sin 2t, y = -cos 2t, to 1e-7).
+    Dopri8 meets them because its outputs are step ends (diffrax's interpolant for it was 466
+    tolerance units off)."""
+    omega, k, tfinal, zfinal = 2.0, 4.0, 5.0, 0.99
+    z0 = np.exp(-k * tfinal) / ((1 - zfinal) / zfinal + np.exp(-k * tfinal))
+
+    def sys3(t, w, p):
+        x, y, z = w
+        return jnp.stack([-omega * y, omega * x, k * z * (1 - z)])
+
+    events = (
+        ds.Event(lambda t, w: w[0], direction=-1, terminal=False, max_events=2),
+        ds.Event(lambda t, w: w[1], direction=1, terminal=False, max_events=2),
+        ds.Event(lambda t, w: w[2] - zfinal, terminal=True),
+    )
+    t = np.linspace(0, tfinal, 250)[:-1]
+    ts = jnp.asarray(np.append(t, 2 * tfinal))
+    sol = ds.simulate(
+        ds.ODE(sys3, None), jnp.array([0.0, -1.0, z0]), ts, solver=solver, events=events
+    )
+    x_times, y_times, z_time = (np.asarray(e) for e in sol.event_time)
+    np.testing.assert_allclose(x_times, [0.5 * np.pi, 1.5 * np.pi], rtol=1e-7)
+    np.testing.assert_allclose(y_times, [0.25 * np.pi, 1.25 * np.pi], rtol=1e-7)
+    np.testing.assert_allclose(z_time, tfinal, rtol=1e-7)
+    w = np.asarray(sol.ys[:-1])
+    np.testing.assert_allclose(w[:, 0], np.sin(omega * t), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(w[:, 1], -np.cos(omega * t), rtol=1e-9, atol=1e-12)
+    logistic = 1 / (((1 - z0) / z0) * np.exp(-k * t) + 1)
+    np.testing.assert_allclose(w[:, 2], logistic, rtol=1e-9, atol=1e-12)
+    x_states, y_states, z_state = (np.asarray(s) for s in sol.event_state)
+    np.testing.assert_allclose(x_states[:, 0], 0.0, atol=5e-14)
+    np.testing.assert_allclose(x_states[:, 1], 1.0, rtol=1e-7)
+    np.testing.assert_allclose(y_states[:, 0], 1.0, rtol=1e-7)  # x = sin(pi / 2)
+    np.testing.assert_allclose(y_states[:, 1], 0.0, atol=5e-14)
+    np.testing.assert_allclose(z_state[2], zfinal, rtol=1e-7)
+    assert not bool(sol.reached[-1])
+
+
+@pytest.mark.parametrize("method", [ds.Tsit5, ds.Kvaerno5], ids=lambda m: m.__name__)
+def test_outputs_are_step_ends_when_asked(method):
+    """step_to_outputs=True: every output time ends a step, so there are at least as many
+    steps as output intervals, and the outputs of a solve equal the final states of solves
+    that end there (up to round-off: the same steps)."""
+    ts = jnp.linspace(5.0, 9.0, 41)
+    solver = method(rtol=1e-6, atol=1e-9, step_to_outputs=True)
+    sol = ds.simulate(RATIONAL, Y0_RATIONAL, ts, solver=solver)
+    assert int(sol.stats["num_steps"]) >= ts.shape[0] - 1
+    short = ds.simulate(RATIONAL, Y0_RATIONAL, ts[:21], solver=solver)
+    np.testing.assert_allclose(short.ys[-1], sol.ys[20], rtol=1e-13)
+    loose = ds.simulate(RATIONAL, Y0_RATIONAL, ts, solver=method(step_to_outputs=False))
+    assert int(loose.stats["num_steps"]) < int(sol.stats["num_steps"])
+
+
+@pytest.mark.parametrize("method", [ds.Tsit5, ds.Rodas5P, ds.Kvaerno5], ids=lambda m: m.__name__)
+def test_array_rtol(method):
+    """test_array_rtol (gh-15482): rtol as one tolerance per component; tightening one of them
+    improves the error (scipy's second rtol, 1e-16, is below float64's epsilon: it warns, and
+    so does diffsim, so 1e-10 here)."""
+    model = ds.ODE(lambda t, y, p: y, None)
+    ts, y0 = jnp.array([0.0, 1.0]), jnp.array([1.0, 1.0])
+
+    def error(rtol):
+        solver = method(rtol=jnp.array(rtol), atol=1e-12)
+        return np.linalg.norm(ds.simulate(model, y0, ts, solver=solver).ys[-1] - np.e)
+
+    assert error([1e-10, 1e-1]) < error([1e-1, 1e-1])
+    with pytest.warns(ds.PrecisionWarning, match="rtol=1e-16"):
+        ds.simulate(model, y0, ts, solver=method(rtol=jnp.array([1e-1, 1e-16])), throw=False)

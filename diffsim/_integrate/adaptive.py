@@ -290,6 +290,7 @@ def _diffeqsolve(
         dtmin=controls.dtmin,
         dtmax=controls.dtmax,
         force_dtmin=False,
+        step_ts=ts if controls.step_to_outputs else None,
     )
     t0, t1 = (ts[0], ts[-1]) if span is None else span
     event = None

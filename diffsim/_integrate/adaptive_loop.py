@@ -111,6 +111,14 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
     time_scale = jnp.maximum(jnp.abs(t1), t1 - t0)
     select = lambda keep, a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
 
+    def target(saved):
+        """(where the next step must end at the latest, the time above which it is stretched
+        to end there): t1, or with `step_to_outputs` the next output time."""
+        if not controls.step_to_outputs:
+            return t1, t1_floor
+        t_out = ts[jnp.minimum(saved, ts.shape[0] - 1)]
+        return t_out, end_floor(t_out)
+
     def step(state: _State) -> _State:
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
         h = t_next - t
@@ -121,7 +129,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
             saved, ys = save_dense(
                 ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate
             )
-            t_new, t_next_new = advance_time(keep, t, t_next, dt, t1, t1_floor)
+            t_new, t_next_new = advance_time(keep, t, t_next, dt, *target(saved))
             y_new, carry_new = select(keep, (attempt.y1, attempt.carry), (y, state.carry))
             extra = {}
         else:
@@ -132,7 +140,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
             saved, ys = save_dense(
                 ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate
             )
-            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, t1, t1_floor)
+            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *target(saved))
             y_new, carry_new = select(keep, (found.y_after, found.carry), (y, state.carry))
             done = state.done | found.stop | (keep & (t_new >= t1))
             extra = dict(g=found.g, records=found.records, done=done)
@@ -157,7 +165,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
     zero = jnp.array(0, jnp.int32)
     init = _State(
         t=t0,
-        t_next=jnp.minimum(t0 + first_step(controls, dtype), t1),
+        t_next=jnp.minimum(t0 + first_step(controls, dtype), target(1)[0]),
         y=y0,
         carry=stepper.start(t0, y0),
         ys=empty_outputs(y0, ts.shape[0]),

@@ -67,6 +67,7 @@ class Controls(NamedTuple):
     dtmin: Array | None  # the solve stops with step_size_collapsed below it
     dtmax: Array | None  # no step is longer
     dt0: Array  # the first step
+    step_to_outputs: bool = False  # static: every output time ends a step
 
 
 def end_floor(t1):
@@ -205,7 +206,7 @@ def prepare(solver, error_order: int, model, y0, ts, dt0):
     None."""
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
-    tolerances_ok = (rtol >= 0) & jnp.all(atol >= 0) & ((rtol > 0) | jnp.any(atol > 0))
+    tolerances_ok = jnp.all((rtol >= 0) & (atol >= 0) & ((rtol > 0) | (atol > 0)))
     valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok)
     # replaced only when they are bad themselves: shared tolerances stay unbatched under vmap
     rtol = jnp.where(tolerances_ok, rtol, 1e-3)
@@ -217,23 +218,26 @@ def prepare(solver, error_order: int, model, y0, ts, dt0):
     dt0 = jnp.asarray(dt0, dtype)
     if dtmax is not None:
         dt0 = jnp.minimum(dt0, dtmax)
-    return valid, model, y0, ts, Controls(rtol, atol, dtmin, dtmax, dt0)
+    controls = Controls(rtol, atol, dtmin, dtmax, dt0, solver.steps_to_outputs)
+    return valid, model, y0, ts, controls
 
 
 def _check_tolerance_shape(solver, y0) -> None:
-    """An array `atol` has one tolerance per component of an array state (or broadcasts)."""
-    atol = solver.atol
-    if jnp.ndim(atol) == 0:
-        return
-    leaves = jax.tree.leaves(y0)
-    shape = leaves[0].shape if len(leaves) == 1 else None
-    try:
-        fits = shape is not None and np.broadcast_shapes(jnp.shape(atol), shape) == shape
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(
-            f"{type(solver).__name__}(atol=...) has shape {jnp.shape(atol)}, which does not fit "
-            f"the state ({describe(y0)}): give a scalar, or one tolerance per component of an "
-            "array state"
-        )
+    """An array `rtol` or `atol` has one tolerance per component of an array state (or
+    broadcasts against it)."""
+    for name in ("rtol", "atol"):
+        tolerance = getattr(solver, name)
+        if jnp.ndim(tolerance) == 0:
+            continue
+        leaves = jax.tree.leaves(y0)
+        shape = leaves[0].shape if len(leaves) == 1 else None
+        try:
+            fits = shape is not None and np.broadcast_shapes(jnp.shape(tolerance), shape) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"{type(solver).__name__}({name}=...) has shape {jnp.shape(tolerance)}, which "
+                f"does not fit the state ({describe(y0)}): give a scalar, or one tolerance per "
+                "component of an array state"
+            )

@@ -29,21 +29,44 @@ class AbstractAdaptiveSolver(AbstractSolver):
     forcing the error estimate cannot see between steps, e.g. pulses of a periodic source:
     a fraction of its period).
 
-    Every adaptive solver is built as `Solver(rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None)`
-    (these are the defaults; `ds.Diffrax(solver, rtol, atol, dtmin, dtmax)` takes the diffrax
-    solver first). A step is
+    Every adaptive solver is built as `Solver(rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None,
+    step_to_outputs=None)` (these are the defaults; `ds.Diffrax(solver, rtol, atol, dtmin,
+    dtmax, step_to_outputs)` takes the diffrax solver first). Outputs between steps come from
+    the method's dense output; with `step_to_outputs=True` every output time ends a step
+    instead (no interpolation error, at least one step per output interval). `None` picks
+    True for the methods whose dense output is of lower order than the method (`Dopri8`,
+    `Kvaerno5`: see docs/concepts/solvers.md for the measured difference). A step is
     accepted when the root mean square over the state's components of its error estimate
-    divided by `atol + rtol·|y|` is at most 1 (diffrax's `PIDController`); `atol` may be an
-    array with one tolerance per component. The tolerances are traced values, so new ones
-    do not recompile."""
+    divided by `atol + rtol·|y|` is at most 1 (diffrax's `PIDController`); `rtol` and `atol`
+    may be arrays with one tolerance per component of an array state. The tolerances are
+    traced values, so new ones do not recompile."""
 
     rtol: Array = eqx.field(default=1e-6, converter=as_parameter)
     atol: Array = eqx.field(default=1e-9, converter=as_parameter)
     dtmin: Array | None = eqx.field(default=None, converter=as_optional_parameter)
     dtmax: Array | None = eqx.field(default=None, converter=as_optional_parameter)
+    step_to_outputs: bool | None = eqx.field(default=None, static=True)
+
+    # whether outputs come from step ends by default: for methods whose dense output is of
+    # lower order than the method, so that interpolating would lose accuracy the steps have
+    _interpolant_below_order: ClassVar[bool] = False
+
+    @property
+    def steps_to_outputs(self) -> bool:
+        """Whether steps end at every output time (the outputs are then step ends, with no
+        interpolation error), `step_to_outputs` resolved: by default for the methods whose
+        dense output is of lower order than the method (Dopri8, Kvaerno5)."""
+        if self.step_to_outputs is None:
+            return self._interpolant_below_order
+        return self.step_to_outputs
 
     def __check_init__(self):
-        check_parameter(self, "rtol", nonnegative=True, ndim=0, optional=False)
+        if self.step_to_outputs is not None and not isinstance(self.step_to_outputs, bool):
+            raise TypeError(
+                f"{type(self).__name__}(step_to_outputs=...) must be True, False or None "
+                f"(the method's default), got {self.step_to_outputs!r}"
+            )
+        check_parameter(self, "rtol", nonnegative=True, optional=False)
         check_parameter(self, "atol", nonnegative=True, optional=False)
         check_parameter(self, "dtmin", positive=True, ndim=0)
         check_parameter(self, "dtmax", positive=True, ndim=0)
@@ -54,8 +77,15 @@ class AbstractAdaptiveSolver(AbstractSolver):
                     f"dtmax={float(self.dtmax):g}"
                 )
         if not (is_traced(self.rtol) or is_traced(self.atol)):
-            if float(self.rtol) == 0 and bool(jnp.all(self.atol == 0)):
-                raise ValueError(f"{type(self).__name__}: rtol and atol cannot both be 0")
+            rtol, atol = np.asarray(self.rtol), np.asarray(self.atol)
+            try:
+                both_zero = bool(np.any((rtol == 0) & (atol == 0)))
+            except ValueError:  # shapes that do not broadcast: refused against the state
+                both_zero = False
+            if both_zero:
+                raise ValueError(
+                    f"{type(self).__name__}: rtol and atol cannot both be 0 (for any component)"
+                )
 
     adaptive: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
@@ -100,7 +130,11 @@ class Dopri5(AbstractDiffraxMethod):
 
 
 class Dopri8(AbstractDiffraxMethod):
-    """Dormand–Prince 8(7) explicit Runge–Kutta pair, for tight tolerances on smooth problems."""
+    """Dormand–Prince 8(7) explicit Runge–Kutta pair, for tight tolerances on smooth problems.
+    Its outputs are step ends by default (`step_to_outputs`): diffrax's dense output for it is
+    far less accurate than its steps."""
+
+    _interpolant_below_order: ClassVar[bool] = True
 
     def to_diffrax(self):
         return diffrax.Dopri8()
@@ -110,7 +144,10 @@ class Kvaerno5(AbstractDiffraxMethod):
     """Kværnø's 5(4) ESDIRK method, L-stable, for stiff problems.
 
     A. Kværnø, *Singly diagonally implicit Runge–Kutta methods with an explicit first stage*,
-    BIT 44 (2004)."""
+    BIT 44 (2004). Its outputs are step ends by default (`step_to_outputs`): its dense output
+    is a cubic Hermite polynomial."""
+
+    _interpolant_below_order: ClassVar[bool] = True
 
     def to_diffrax(self):
         return diffrax.Kvaerno5()
@@ -122,7 +159,7 @@ class Diffrax(AbstractDiffraxMethod):
 
     solver: diffrax.AbstractSolver = eqx.field(default=None)
 
-    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None):
+    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None, step_to_outputs=None):
         if not isinstance(solver, diffrax.AbstractSolver):
             raise TypeError(f"ds.Diffrax(solver): expected a diffrax solver, got {solver!r}")
         if not isinstance(solver, diffrax.AbstractAdaptiveSolver):
@@ -135,6 +172,7 @@ class Diffrax(AbstractDiffraxMethod):
         self.atol = as_parameter(atol)
         self.dtmin = as_optional_parameter(dtmin)
         self.dtmax = as_optional_parameter(dtmax)
+        self.step_to_outputs = step_to_outputs
 
     def to_diffrax(self):
         return self.solver
@@ -146,8 +184,10 @@ def unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> str | None:
     if not isinstance(solver, AbstractAdaptiveSolver) or is_traced(solver.rtol):
         return None
     eps = float(jnp.finfo(dtype).eps)
-    rtol = float(solver.rtol)
-    if 0 < rtol < eps:
+    rtols = np.asarray(solver.rtol)
+    small = rtols[(rtols > 0) & (rtols < eps)]
+    if small.size:
+        rtol = float(small.min())
         return (
             f"rtol={rtol:g} is below {np.dtype(dtype).name}'s epsilon ({eps:.2g}): no step's "
             "error estimate can fall below the rounding, so steps are rejected until max_steps "
