@@ -42,5 +42,7 @@ from .symplectic import (
     Leapfrog as Leapfrog,
     SymplecticEuler as SymplecticEuler,
     Yoshida4 as Yoshida4,
+    Yoshida6 as Yoshida6,
+    Yoshida8 as Yoshida8,
 )
 from .tableau import ButcherTableau as ButcherTableau, combine as combine
