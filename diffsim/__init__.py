@@ -28,6 +28,7 @@ from ._fit.result import FitResult as FitResult
 from ._fit.sample import sample as sample
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.simulate import simulate as simulate, Solution as Solution
+from ._integrate.steady_state import steady_state as steady_state, SteadyState as SteadyState
 from ._model import (
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,
@@ -80,6 +81,8 @@ from ._solver import (
     SymplecticEuler as SymplecticEuler,
     Tsit5 as Tsit5,
     Yoshida4 as Yoshida4,
+    Yoshida6 as Yoshida6,
+    Yoshida8 as Yoshida8,
 )
 from ._sweep.morris import morris as morris
 from ._sweep.samples import Samples as Samples

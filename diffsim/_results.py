@@ -14,7 +14,8 @@ class RESULTS(enum.IntEnum):
 
     `successful` (0), `invalid_input` (1), `max_steps_reached` (2), `step_size_collapsed` (3),
     `nonlinear_solver_failed` (4), `solver_failed` (5), `nonfinite_state` (6),
-    `event_limit_reached` (7), `event_failed` (8), `inconsistent_initial_state` (9).
+    `event_limit_reached` (7), `event_failed` (8), `inconsistent_initial_state` (9),
+    `no_steady_state` (10, `ds.steady_state`).
     `RESULTS(code).message` (or
     `ds.result_message(code)`) says what went wrong and what to do. Sweep stores hold -1 for
     members not computed yet."""
@@ -29,6 +30,7 @@ class RESULTS(enum.IntEnum):
     event_limit_reached = 7
     event_failed = 8
     inconsistent_initial_state = 9
+    no_steady_state = 10
 
     @property
     def message(self) -> str:
@@ -39,7 +41,8 @@ _MESSAGES = {
     RESULTS.successful: "the simulation succeeded",
     RESULTS.invalid_input: (
         "invalid input: a model parameter or y0 is not finite, a parameter breaks its "
-        "constraint (e.g. a length <= 0), ts is not strictly increasing, or a tolerance is "
+        "constraint (e.g. a length <= 0), ts is not strictly increasing (a ts traced under jit "
+        "must increase; pass a concrete one to integrate backwards), or a tolerance is "
         "negative; check the inputs of this member"
     ),
     RESULTS.max_steps_reached: (
@@ -80,6 +83,12 @@ _MESSAGES = {
         "rows of its mass matrix that are zero): start from "
         "ds.consistent_initial_state(model, y0, t0), which solves them for the algebraic "
         "components"
+    ),
+    RESULTS.no_steady_state: (
+        "no equilibrium was found: the trajectory from y0 did not come to rest within "
+        "max_time (it oscillates, grows without bound, or settles more slowly), or Newton's "
+        "method did not converge from y0. Check the model, raise max_time, loosen rtol/atol, "
+        "or use method='simulate' from a nearer y0"
     ),
 }
 

@@ -31,7 +31,7 @@ def _square(t, y, params):
     "ts, match",
     [
         (jnp.array([0.0, 1.0, 0.5]), "strictly increasing"),
-        (jnp.array([1.0, 0.0]), "strictly increasing"),
+        (jnp.array([1.0, 0.0, 0.5]), "strictly increasing"),
         (jnp.array([0.0, 0.0, 1.0]), "strictly increasing"),
         (jnp.array([0.0]), "at least one later output time"),
         (jnp.zeros((0,)), "at least one later output time"),

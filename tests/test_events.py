@@ -273,7 +273,7 @@ def test_more_resets_than_max_events_is_an_error(name):
     assert bool(jnp.all(jnp.isfinite(sol.event_time)))
 
 
-@pytest.mark.parametrize("name", [*SOLVERS, "Kvaerno5"])
+@pytest.mark.parametrize("name", SOLVERS)
 def test_event_inside_jit_and_with_a_closed_over_parameter(name):
     # the level is a traced value closed over by the condition; d t / d level = -1 / (g t).
     # The adaptive solves pass the condition into custom derivative rules, where a closed-over
@@ -332,3 +332,15 @@ def test_bad_events_are_refused_with_a_reason():
             key=jax.random.key(0),
             events=ds.Event(_height),
         )
+
+
+@pytest.mark.parametrize("name", [*SOLVERS, "Kvaerno5"])
+def test_a_condition_on_zero_at_t0_follows_one_rule_in_every_solver(name):
+    # a ball on the floor at t0: thrown down it lands at once (the flow leaves zero in the
+    # event's direction), thrown up it lands at 2 v / g
+    options = SOLVERS.get(name) or dict(solver=ds.Kvaerno5(rtol=1e-10, atol=1e-12))
+    ts = jnp.array([0.0, 1.0])
+    down = ds.simulate(BALL, jnp.array([0.0, -1.0]), ts, events=LANDING, **options)
+    assert float(down.event_time) == 0.0
+    up = ds.simulate(BALL, jnp.array([0.0, 1.0]), ts, events=LANDING, **options)
+    assert float(up.event_time) == pytest.approx(2 / G, abs=1e-9)

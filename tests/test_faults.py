@@ -464,7 +464,7 @@ SWEEP_CONFIGS = [
         dict(solver='{ name = "Tsit5", tol = 1e-6 }', dt=None),
         None,
         r"solver Tsit5 has no option\(s\) \['tol'\]; its options: "
-        r"\['rtol', 'atol', 'dtmin', 'dtmax', 'step_to_outputs'\]",
+        r"\['rtol', 'atol', 'dtmin', 'dtmax', 'step_to_outputs', 'constant_step'\]",
     ),
     (
         "unknown parameter",

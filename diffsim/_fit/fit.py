@@ -56,6 +56,7 @@ def fit(
     level: float = 0.95,
     max_steps: int = 100_000,
     events=None,
+    pre_equilibrate=False,
 ) -> FitResult:
     """Fit parameters and/or initial-state components of `model` to `data`.
 
@@ -78,6 +79,11 @@ def fit(
       `model -> events` when they depend on fitted parameters (e.g. a restitution
       coefficient: `events=lambda m: m.impacts(max_events=20)`). Derivatives flow through the
       event times. Terminal events are refused: data after the stop would be unexplained.
+    - `pre_equilibrate`: start the simulation at `t0` from the steady state of the model
+      (`True`), or of the model a function returns (`lambda m: <m with the stimulus off>`,
+      the pre-stimulus condition), reached from `y0` (`ds.steady_state`): a system measured
+      after it settled, as systems-biology fitters expect. Its derivatives with respect to the
+      parameters come from the implicit function theorem.
     - `method`: `"lm"` (Levenberg–Marquardt with MINPACK's scaling of the unknowns on
       optimistix's trust region, default), `"gauss-newton"`,
       `"bfgs"` (minimises the loss), or an optax `GradientTransformation` run for
@@ -156,6 +162,7 @@ def fit(
         level=level,
         max_steps=max_steps,
         events=events,
+        pre_equilibrate=pre_equilibrate,
     )
     setup = assemble(spec)
     horizon = spec.horizon if spec.segments == 1 else 1  # shooting cuts the record instead

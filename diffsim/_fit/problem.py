@@ -20,6 +20,7 @@ import numpy as np
 from .._events import Event
 from .._integrate.adaptive import JACOBIAN_INPUTS
 from .._integrate.simulate import simulate
+from .._integrate.steady_state import steady_state
 from .._integrate.time_grid import plan_fixed_steps
 from .._model import AbstractODE
 from .._parameter import parameter_constraints
@@ -120,6 +121,9 @@ class Problem(eqx.Module):
     # Only forward-mode derivatives are taken (least squares with a forward Jacobian): adaptive
     # solves then use diffrax.ForwardMode, whose loop is leaner than the any-order default.
     forward_only: bool = eqx.field(static=True, default=False)
+    # start each simulation from the steady state of the model (True) or of the model a
+    # function returns (the pre-stimulus condition), y0 the state it equilibrates from
+    pre_equilibrate: Any = eqx.field(static=True, default=False)
 
     def natural(self, u):
         return to_natural(u, self.lower, self.upper, self.layout.kinds)
@@ -147,6 +151,8 @@ class Problem(eqx.Module):
     def states(self, model, y0, nodes):
         """States at every simulation time, shape (times, n), and the defects between each
         window's end and the next window's start, shape (windows-1, n)."""
+        if self.pre_equilibrate is not False:
+            y0 = self._equilibrium(model, y0)
         starts = jnp.concatenate([y0[None], nodes])
         if len(self.windows) == 1:
             return self._solve(model, y0, np.asarray(self.ts)), starts[:0]
@@ -185,6 +191,13 @@ class Problem(eqx.Module):
         )
         ys = solution.ys.reshape(solution.ys.shape[0], -1)
         return jnp.where(solution.succeeded, ys, jnp.nan)
+
+    def _equilibrium(self, model, y0):
+        """The steady state the first simulation starts from (`pre_equilibrate`), flat; NaN
+        where none is found, so the residuals say the fit failed there."""
+        base = model if self.pre_equilibrate is True else self.pre_equilibrate(model)
+        state = steady_state(base, y0.reshape(self.y0_shape), t0=self.ts[0], throw=False)
+        return jnp.where(state.succeeded, state.y.reshape(-1), jnp.nan)
 
     def _events(self, model):
         if callable(self.events) and not isinstance(self.events, Event):

@@ -69,6 +69,7 @@ class FitSpec:
     level: float
     max_steps: int
     events: Any
+    pre_equilibrate: Any = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,6 +147,7 @@ def assemble(spec: FitSpec) -> FitSetup:
         windows=((0, len(observed.ts) - 1),),
         batched=False,
         steps_per_save=None,
+        pre_equilibrate=_checked_pre_equilibrate(spec.pre_equilibrate),
     )
     single = dtype == jnp.float32
     rtol = (1e-5 if single else 1e-8) if spec.rtol is None else spec.rtol
@@ -540,3 +542,13 @@ def with_jacobian(optimizer: opt.Optimizer, problem: Problem) -> opt.Optimizer:
     residuals = problem.values.size + (len(problem.windows) - 1) * problem.y0.size
     jac = "fwd" if problem.layout.size <= residuals else "bwd"
     return dataclasses.replace(optimizer, jac=jac)
+
+
+def _checked_pre_equilibrate(value):
+    """`pre_equilibrate`: False, True, or a function model -> the model to equilibrate."""
+    if isinstance(value, bool) or (callable(value) and not isinstance(value, type)):
+        return value
+    raise TypeError(
+        "pre_equilibrate must be True (start from the model's steady state), False, or a "
+        f"function model -> model (the pre-stimulus condition), got {value!r}"
+    )

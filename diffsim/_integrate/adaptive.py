@@ -26,7 +26,7 @@ from .._validate import (
     all_finite,
 )
 from .adaptive_loop import run_any_order, solved
-from .common import events_result, leading_mask, mask_invalid, nonfinite_code
+from .common import events_result, leading_mask, mask_invalid, nonfinite_code, scale_of_times
 from .erk_loop import ExplicitPair, solve_erk, supports
 from .families import Solved, SolveRequest, solves
 from .forward_jacobian import count_inputs, jvp_by_jacobian
@@ -159,7 +159,7 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
     dtype = ts.dtype
     table = EventTable(events)
     directions = tuple({-1: False, 0: None, 1: True}[e.direction] for e in events)
-    time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
+    time_scale = scale_of_times(ts)
     # one segment per event that restarts the integration, one more to catch a reset past its
     # limit
     segments = 1 + table.restarts + int(table.any_reset)
@@ -284,14 +284,23 @@ def _diffeqsolve(
     events `conditions`), as a `_Segment`."""
     # force_dtmin=False: a step that would have to be smaller than dtmin stops the solve with a
     # result code instead of being accepted with an error above the tolerance.
-    controller = diffrax.PIDController(
-        rtol=controls.rtol,
-        atol=controls.atol,
-        dtmin=controls.dtmin,
-        dtmax=controls.dtmax,
-        force_dtmin=False,
-        step_ts=ts if controls.step_to_outputs else None,
-    )
+    if controls.constant_step:
+        controller = diffrax.ConstantStepSize()
+        if isinstance(inner, diffrax.AbstractImplicitSolver):
+            # the Newton iteration takes the tolerances a PID controller would have passed it
+            root_finder = diffrax.VeryChord(
+                rtol=controls.rtol, atol=controls.atol, norm=optx.rms_norm
+            )
+            inner = eqx.tree_at(lambda s: s.root_finder, inner, root_finder)
+    else:
+        controller = diffrax.PIDController(
+            rtol=controls.rtol,
+            atol=controls.atol,
+            dtmin=controls.dtmin,
+            dtmax=controls.dtmax,
+            force_dtmin=False,
+            step_ts=ts if controls.step_to_outputs else None,
+        )
     t0, t1 = (ts[0], ts[-1]) if span is None else span
     event = None
     # only the final state wanted: diffrax then runs no save loop inside its step loop

@@ -23,7 +23,7 @@ from jaxtyping import Array, PyTree
 from .._events import crossed, evaluate, EventTable, Records
 from .._results import RESULTS
 from .._validate import all_finite
-from .common import events_result, mask_invalid, nonfinite_code
+from .common import events_result, mask_invalid, nonfinite_code, scale_of_times
 from .event_loop import locate
 from .families import Solved
 from .forward_jacobian import jvp_by_jacobian
@@ -108,7 +108,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
     t0, t1 = ts[0], ts[-1]
     t1_floor = end_floor(t1)
     table = None if events is None else EventTable(events)
-    time_scale = jnp.maximum(jnp.abs(t1), t1 - t0)
+    time_scale = scale_of_times(ts)
     select = lambda keep, a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
 
     def target(saved):

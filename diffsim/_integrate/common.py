@@ -20,7 +20,9 @@ def guard_inputs(model, y0, ts, extra=True):
     parameter that breaks its constraint, times that do not increase): a check that spanned
     all inputs would turn parameters shared by a whole `vmap` batch into per-member arrays, and
     every step would pay for that."""
-    increasing = jnp.all(jnp.diff(ts) > 0) & jnp.all(jnp.isfinite(ts))
+    # an open end (ts[-1] = inf) is allowed: simulate checked that a terminal event ends it
+    finite = jnp.all(jnp.isfinite(ts[:-1])) & ~jnp.isnan(ts[-1]) & (ts[-1] > -jnp.inf)
+    increasing = jnp.all(jnp.diff(ts) > 0) & finite
     valid = all_finite(model) & constraints_hold(model) & all_finite(y0) & increasing & extra
     ts = jnp.where(increasing, ts, jnp.arange(ts.shape[0], dtype=ts.dtype))
     return valid, _sanitize_model(model), _sanitize(y0, 0.0), ts
@@ -87,3 +89,16 @@ def events_result(valid, ys, reached, code):
     )
     code = jnp.where((code == RESULTS.successful) & ~finite, RESULTS.nonfinite_state, code)
     return jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+
+
+def scale_of_times(ts):
+    """The magnitude of the times of a solve, which sets the round-off an event's condition
+    carries (`_events.restart_value`): the largest of |t1| and the span; with an open end
+    (ts[-1] = inf) the last finite time's, and at least 1."""
+    t0, t1 = ts[0], ts[-1]
+    if ts.shape[0] > 2:
+        last = jnp.where(jnp.isfinite(t1), t1, ts[-2])
+    else:
+        last = jnp.where(jnp.isfinite(t1), t1, t0)
+    scale = jnp.maximum(jnp.abs(last), last - t0)
+    return jnp.where(jnp.isfinite(t1), scale, jnp.maximum(scale, 1.0))

@@ -20,6 +20,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 
+from .._solver.adaptive import is_plain_explicit_pair
 from .._solver.tableau import ButcherTableau, combine
 from .adaptive_loop import Attempt, Method, run
 from .step_control import Controls, scale_tree
@@ -27,9 +28,7 @@ from .step_control import Controls, scale_tree
 
 def supports(inner) -> bool:
     """Whether `inner` (a diffrax solver) can be stepped by this loop."""
-    return isinstance(inner, diffrax.AbstractERK) and isinstance(
-        getattr(inner, "tableau", None), diffrax.ButcherTableau
-    )
+    return is_plain_explicit_pair(inner)
 
 
 class ExplicitPair(Method):

@@ -21,7 +21,7 @@ from jax import lax
 from jaxtyping import Array, PyTree
 
 from .._events import crossed, evaluate, EventTable, Records, restarts
-from .common import advance, events_result, guard_inputs, mask_invalid
+from .common import advance, events_result, guard_inputs, mask_invalid, scale_of_times
 from .families import Solved
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
@@ -75,7 +75,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     ends = jnp.cumsum(counts, dtype=jnp.int32)
     total = ends[-1]
     n_intervals = ts.shape[0] - 1
-    time_scale = jnp.maximum(jnp.abs(ts[-1]), ts[-1] - ts[0])
+    time_scale = scale_of_times(ts)
 
     def grid_time(j):
         i = jnp.clip(

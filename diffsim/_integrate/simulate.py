@@ -9,7 +9,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
-from .._events import as_events, evaluate, Event
+from .._events import as_events, evaluate, Event, Records
 from .._model import AbstractODE, AbstractSDE, check_model, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
@@ -28,7 +28,8 @@ from .._validate import (
 )
 from .dae import check_consistent_start, check_mass_matrix
 from .families import solve_of, SolveRequest
-from .time_grid import check_ts
+from .reverse import check_reversible, forward_times, Reversed, reversed_event
+from .time_grid import check_ts, is_empty_span, open_end, runs_backward
 
 
 class Solution(eqx.Module):
@@ -174,6 +175,16 @@ def simulate(
 
     _check_noise(model, solver, key)
     event_list = None if events is None else _prepared_events(events, solver, t0, y0)
+    if open_end(host_ts):
+        _check_open_end(solver, event_list, adjoint)
+    if is_empty_span(host_ts):
+        return _without_steps(ts, y0, event_list, isinstance(events, Event), dtype)
+    backward = runs_backward(host_ts)
+    if backward:  # solved forward in s = -t (see reverse.py)
+        check_reversible(model, solver)
+        model, host_ts, times, t0 = Reversed(model), -host_ts, -times, -t0
+        if event_list is not None:
+            event_list = tuple(reversed_event(event) for event in event_list)
     once(solver.check_model, model, t0, y0)
     check_mass_matrix(model, y0, solver)
     check_consistent_start(model, t0, y0, solver)
@@ -198,6 +209,8 @@ def simulate(
         event_time, event_state, event_count = _public_records(
             records, isinstance(events, Event), event_list
         )
+        if backward:
+            event_time = forward_times(event_time)
         solution = Solution(
             ts=ts,
             ys=ys,
@@ -209,6 +222,51 @@ def simulate(
             reached=reached,
         )
     return raise_if_failed(solution, max_steps, solver, dtype) if throw else solution
+
+
+def _check_open_end(solver, events, adjoint) -> None:
+    """ts[-1] = inf: a solve that only a terminal event ends, in diffsim's own adaptive loop
+    (its step sizes grow without a bound to clip them)."""
+    if not solver.adaptive or solver.stochastic:
+        raise ValueError(
+            "ts[-1] is inf (run until a terminal event): only adaptive solvers can step "
+            f"towards an open end; {type(solver).__name__} takes fixed steps: give a finite "
+            "last time"
+        )
+    if events is None or not any(event.terminal for event in events):
+        raise ValueError(
+            "ts[-1] is inf: the solve runs until a terminal event, and none was given (pass "
+            "events=ds.Event(condition, terminal=True), or a finite last time)"
+        )
+    if not solver.runs_own_loop(adjoint):
+        raise ValueError(
+            f"ts[-1] is inf: {type(solver).__name__} runs in diffrax's loop here, which needs "
+            "a finite end; use an explicit pair (ds.Tsit5, ...) or a Rosenbrock method with "
+            "adjoint='auto', or a finite last time"
+        )
+
+
+def _without_steps(ts, y0, events, single: bool, dtype) -> Solution:
+    """The solution over an empty span (every time of `ts` the same): y0 at each, no step,
+    no event."""
+    n = ts.shape[0]
+    ys = jax.tree.map(lambda y: jnp.broadcast_to(y, (n,) + y.shape), y0)
+    zero = jnp.zeros((), jnp.int32)
+    stats = {"num_steps": zero, "num_rejected_steps": zero, "num_function_evals": zero}
+    solution = Solution(ts=ts, ys=ys, stats=stats, result=zero)
+    if events is None:
+        return solution
+    times, states, counts = _public_records(Records.empty(events, y0, dtype), single, events)
+    return Solution(
+        ts=ts,
+        ys=ys,
+        stats=dict(stats, num_events=zero),
+        result=zero,
+        event_time=times,
+        event_state=states,
+        event_count=counts,
+        reached=jnp.ones(n, bool),
+    )
 
 
 @eqx.filter_jit

@@ -68,6 +68,7 @@ class Controls(NamedTuple):
     dtmax: Array | None  # no step is longer
     dt0: Array  # the first step
     step_to_outputs: bool = False  # static: every output time ends a step
+    constant_step: bool = False  # static: every step is dt0 (no error control)
 
 
 def end_floor(t1):
@@ -75,7 +76,9 @@ def end_floor(t1):
     within 100 ULPs of t1 to end at t1 (it counts them down one by one; here from the spacing
     above t1: the same but at a power of two, twice as wide)."""
     t1_fixed = lax.stop_gradient(t1)  # the spacing is a constant (nextafter has no derivative)
-    return t1 - 100 * (jnp.nextafter(t1_fixed, jnp.array(jnp.inf, t1.dtype)) - t1_fixed)
+    spacing = jnp.nextafter(t1_fixed, jnp.array(jnp.inf, t1.dtype)) - t1_fixed
+    # an open end (t1 = inf, a solve stopped by its terminal event) is never reached
+    return jnp.where(jnp.isfinite(t1), t1 - 100 * jnp.where(jnp.isfinite(spacing), spacing, 0), t1)
 
 
 def first_step(controls: Controls, dtype):
@@ -101,6 +104,8 @@ def next_step(t, t_next, ratio, error_order: int, controls: Controls, code):
     """Accept or reject the attempt from t to t_next with error `ratio`: (keep, the next step,
     code: step_size_collapsed when that step falls below dtmin). Integral control with
     diffrax's defaults: safety 0.9, factors within [0.2, 10], at most 0.9 after a rejection."""
+    if controls.constant_step:
+        return jnp.array(True), lax.stop_gradient(controls.dt0.astype(t.dtype)), code
     keep = ratio < 1
     factor = jnp.clip(
         0.9 * (1 / ratio) ** (1 / error_order),
@@ -190,6 +195,10 @@ def check_adaptive_request(solver, request: SolveRequest):
             "chooses its steps (its derivatives are set by adjoint)"
         )
     check_positive_number("dt", dt)
+    if solver.constant_step and dt is None:
+        raise ValueError(
+            f"{type(solver).__name__}(constant_step=True) steps by dt: pass simulate(..., dt=...)"
+        )
     check_static_count("max_steps", request.max_steps)
     warn_unresolved_tolerance(solver, request.dtype)
     _check_tolerance_shape(solver, request.y0)
@@ -218,7 +227,10 @@ def prepare(solver, error_order: int, model, y0, ts, dt0):
     dt0 = jnp.asarray(dt0, dtype)
     if dtmax is not None:
         dt0 = jnp.minimum(dt0, dtmax)
-    controls = Controls(rtol, atol, dtmin, dtmax, dt0, solver.steps_to_outputs)
+    # constant steps run on their own grid (diffrax's ConstantStepSize): outputs between them
+    # come from the dense output
+    to_outputs = solver.steps_to_outputs and not solver.constant_step
+    controls = Controls(rtol, atol, dtmin, dtmax, dt0, to_outputs, solver.constant_step)
     return valid, model, y0, ts, controls
 
 

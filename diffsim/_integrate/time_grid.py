@@ -46,24 +46,46 @@ def check_ts(ts, dtype=None) -> None:
     if np.asarray(ts).dtype.kind not in "biuf":
         raise TypeError(f"ts must be an array of numbers (times), got dtype {np.asarray(ts).dtype}")
     values = np.asarray(ts, dtype=np.float64)
-    if not np.all(np.isfinite(values)):
+    # the last time may be infinite (an open end that a terminal event closes: open_end)
+    body = values if not np.isinf(values[-1]) else values[:-1]
+    if not np.all(np.isfinite(body)) or np.isnan(values[-1]):
+        bad = int(np.argmin(np.isfinite(values)))
         raise ValueError(
-            f"ts must be finite; got NaN or inf at index {int(np.argmin(np.isfinite(values)))}"
+            f"ts must be finite (only its last time may be inf, ended by a terminal event); "
+            f"got NaN or inf at index {bad}"
         )
-    i = _first_not_increasing(values)
+    if np.all(values == values[0]):
+        return  # an empty span: the solution is y0 at every output
+    sign = 1.0 if values[-1] > values[0] else -1.0  # decreasing: integrated backwards
+    i = _first_not_increasing(sign * values)
     if i is not None:
         raise ValueError(
-            f"ts must be strictly increasing (t1 > t0); ts[{i + 1}] = {values[i + 1]} follows "
-            f"ts[{i}] = {values[i]}. Integration backwards in time is not supported: substitute "
-            "s = -t in the model instead."
+            f"ts must be strictly increasing (or strictly decreasing, to integrate backwards "
+            f"in time); ts[{i + 1}] = {values[i + 1]} follows ts[{i}] = {values[i]}"
         )
-    i = None if dtype is None else _first_not_increasing(np.asarray(ts).astype(dtype))
+    in_dtype = None if dtype is None else sign * np.asarray(ts).astype(dtype)
+    i = None if dtype is None else _first_not_increasing(in_dtype)
     if i is not None:
         raise ValueError(
             f"ts[{i}] = {values[i]} and ts[{i + 1}] = {values[i + 1]} are the same number in "
             f"{np.dtype(dtype).name}, the precision of y0 (the times are computed in it): use "
             "float64 (a float64 y0, with jax_enable_x64), or measure time from a nearer origin"
         )
+
+
+def open_end(ts) -> bool:
+    """Whether a concrete `ts` ends at ±inf: the solve runs until a terminal event."""
+    return not is_traced(ts) and bool(np.isinf(np.asarray(ts, np.float64)[-1]))
+
+
+def runs_backward(ts) -> bool:
+    """Whether a concrete `ts` decreases (a traced `ts` must increase)."""
+    return not is_traced(ts) and float(ts[-1]) < float(ts[0])
+
+
+def is_empty_span(ts) -> bool:
+    """Whether a concrete `ts` holds one time only (repeated): nothing to integrate."""
+    return not is_traced(ts) and bool(np.all(np.asarray(ts) == np.asarray(ts)[0]))
 
 
 def _first_not_increasing(values) -> int | None:

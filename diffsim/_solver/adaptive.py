@@ -35,7 +35,11 @@ class AbstractAdaptiveSolver(AbstractSolver):
     the method's dense output; with `step_to_outputs=True` every output time ends a step
     instead (no interpolation error, at least one step per output interval). `None` picks
     True for the methods whose dense output is of lower order than the method (`Dopri8`,
-    `Kvaerno5`: see docs/concepts/solvers.md for the measured difference). A step is
+    `Kvaerno5`: see docs/concepts/solvers.md for the measured difference). With
+    `constant_step=True` the solver takes steps of `simulate(..., dt=...)` from t0 whatever its
+    error estimate (diffrax's `ConstantStepSize`: the last one shortened to end at t1, outputs
+    between steps from the dense output), for comparisons at a fixed step and order studies.
+    A step is
     accepted when the root mean square over the state's components of its error estimate
     divided by `atol + rtol·|y|` is at most 1 (diffrax's `PIDController`); `rtol` and `atol`
     may be arrays with one tolerance per component of an array state. The tolerances are
@@ -46,6 +50,7 @@ class AbstractAdaptiveSolver(AbstractSolver):
     dtmin: Array | None = eqx.field(default=None, converter=as_optional_parameter)
     dtmax: Array | None = eqx.field(default=None, converter=as_optional_parameter)
     step_to_outputs: bool | None = eqx.field(default=None, static=True)
+    constant_step: bool = eqx.field(default=False, static=True)
 
     # whether outputs come from step ends by default: for methods whose dense output is of
     # lower order than the method, so that interpolating would lose accuracy the steps have
@@ -61,6 +66,11 @@ class AbstractAdaptiveSolver(AbstractSolver):
         return self.step_to_outputs
 
     def __check_init__(self):
+        if not isinstance(self.constant_step, bool):
+            raise TypeError(
+                f"{type(self).__name__}(constant_step=...) must be True or False, got "
+                f"{self.constant_step!r}"
+            )
         if self.step_to_outputs is not None and not isinstance(self.step_to_outputs, bool):
             raise TypeError(
                 f"{type(self).__name__}(step_to_outputs=...) must be True, False or None "
@@ -91,6 +101,10 @@ class AbstractAdaptiveSolver(AbstractSolver):
     stochastic: ClassVar[bool] = False
     supports_events: ClassVar[bool] = True
 
+    def runs_own_loop(self, adjoint) -> bool:
+        """Whether `simulate` steps this solver in diffsim's own adaptive loop."""
+        return True
+
 
 class AbstractDiffraxMethod(AbstractAdaptiveSolver):
     """An adaptive solver whose method (stages, error estimate, dense output) is a diffrax
@@ -106,10 +120,24 @@ class AbstractDiffraxMethod(AbstractAdaptiveSolver):
         """The order of the method this solver wraps (diffrax's, for its ODE term)."""
         return self.to_diffrax().order(_ANY_TERM)
 
+    def runs_own_loop(self, adjoint) -> bool:
+        """Whether `simulate` steps this solver in diffsim's own adaptive loop (an explicit
+        pair with a plain Butcher tableau, differentiated by the default adjoint) rather than
+        in diffrax's."""
+        return adjoint == "auto" and is_plain_explicit_pair(self.to_diffrax())
+
     @property
     def implicit(self) -> bool:
         """Whether each step solves a nonlinear system (a stiff solver such as Kvaerno5)."""
         return isinstance(self.to_diffrax(), diffrax.AbstractImplicitSolver)
+
+
+def is_plain_explicit_pair(inner) -> bool:
+    """Whether `inner` (a diffrax solver) is an explicit Runge–Kutta pair given by a plain
+    Butcher tableau, which diffsim's own adaptive loop steps."""
+    return isinstance(inner, diffrax.AbstractERK) and isinstance(
+        getattr(inner, "tableau", None), diffrax.ButcherTableau
+    )
 
 
 class Tsit5(AbstractDiffraxMethod):
@@ -159,7 +187,16 @@ class Diffrax(AbstractDiffraxMethod):
 
     solver: diffrax.AbstractSolver = eqx.field(default=None)
 
-    def __init__(self, solver, rtol=1e-6, atol=1e-9, dtmin=None, dtmax=None, step_to_outputs=None):
+    def __init__(
+        self,
+        solver,
+        rtol=1e-6,
+        atol=1e-9,
+        dtmin=None,
+        dtmax=None,
+        step_to_outputs=None,
+        constant_step=False,
+    ):
         if not isinstance(solver, diffrax.AbstractSolver):
             raise TypeError(f"ds.Diffrax(solver): expected a diffrax solver, got {solver!r}")
         if not isinstance(solver, diffrax.AbstractAdaptiveSolver):
@@ -173,6 +210,7 @@ class Diffrax(AbstractDiffraxMethod):
         self.dtmin = as_optional_parameter(dtmin)
         self.dtmax = as_optional_parameter(dtmax)
         self.step_to_outputs = step_to_outputs
+        self.constant_step = constant_step
 
     def to_diffrax(self):
         return self.solver

@@ -1,0 +1,269 @@
+"""`ds.steady_state`: the equilibrium a model comes to rest at, f(y*) = 0.
+
+By default the trajectory from y0 is integrated until the vector field vanishes (a terminal
+event on its size), and the state there is polished by Newton's method on f(y) = 0; with
+`method="newton"` Newton starts from y0 itself (fast, but it may find an equilibrium the
+trajectory from y0 never reaches, an unstable one). Systems-biology fitters start from the
+steady state of the model's pre-stimulus condition this way (AMICI, PEtab's pre-equilibration).
+
+Derivatives by the implicit function theorem (dy*/dθ = −J⁻¹ ∂f/∂θ, in every mode, second
+order included), never through the search; where the model conserves totals (J singular) the
+equilibrium also depends on y0 through them, and the rule accounts for it.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optimistix as optx
+from jax import lax
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, PyTree
+
+from .._events import Event
+from .._model import check_model
+from .._results import RESULTS, SimulationError
+from .._solver.adaptive import AbstractAdaptiveSolver
+from .._solver.base import check_solver
+from .._solver.rosenbrock import Rodas5P
+from .._validate import as_state, as_state_leaf, check_positive_number, is_traced
+from .simulate import real_dtype, simulate
+
+_METHODS = ("simulate", "newton")
+# Newton iterations of the polish and of method="newton" (quadratic convergence: a start at
+# rest to the tolerance needs two or three)
+_NEWTON_STEPS = 32
+
+
+class SteadyState(eqx.Module):
+    """What `ds.steady_state` returns.
+
+    - `y`: the equilibrium, a pytree like `y0`.
+    - `result`: int32 `ds.RESULTS` code: `successful`, or `no_steady_state` (also the code of
+      a failed simulation towards it).
+    - `residual`: the size of the vector field there, the RMS of f / (atol + rtol·|y|): at most
+      1 at an equilibrium.
+    - `time`: how long the trajectory ran before it came to rest (0 for `method="newton"`).
+    """
+
+    y: PyTree
+    result: Array
+    residual: Array
+    time: Array
+
+    @property
+    def succeeded(self) -> Array:
+        return self.result == RESULTS.successful
+
+
+class _AtRest(eqx.Module):
+    """The event condition log(size of the vector field) − log(1): it falls through zero where
+    the trajectory comes to rest (logarithmic, so the crossing is well located when the size
+    falls by decades in one step)."""
+
+    model: object
+    rtol: Array
+    atol: Array
+
+    def __call__(self, t, y):
+        size = _size(self.model, t, y, self.rtol, self.atol)
+        # an exact rest (size 0) stays finite: -inf would read as a condition lost
+        return jnp.log(jnp.maximum(size, jnp.finfo(size.dtype).tiny))
+
+
+def _size(model, t, y, rtol, atol):
+    """The RMS over components of f(t, y) / (atol + rtol·|y|)."""
+    f = ravel_pytree(model.vector_field(t, y))[0]
+    y_flat = ravel_pytree(y)[0]
+    if f.size == 0:
+        return jnp.zeros((), y_flat.dtype)
+    return jnp.sqrt(jnp.mean((f / (atol + rtol * jnp.abs(y_flat))) ** 2))
+
+
+def steady_state(
+    model,
+    y0,
+    *,
+    t0=0.0,
+    method: str = "simulate",
+    solver: AbstractAdaptiveSolver | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_time: float = 1e9,
+    max_steps: int = 100_000,
+    throw: bool = True,
+) -> SteadyState:
+    """The equilibrium y* of `model` (f(t0, y*) = 0) that the trajectory from `y0` comes to.
+
+    **Arguments:**
+
+    - `model`, `y0`: as for `ds.simulate`; `y0` is where the trajectory starts (or, with
+      `method="newton"`, Newton's first guess).
+    - `t0`: the time the vector field is evaluated at (a steady state of a model that depends
+      on t exists only where that dependence stops).
+    - `method`: `"simulate"` (default): integrate from y0 with `solver` until the vector field
+      is at rest (the RMS of f / (atol + rtol·|y|) at most 1, a terminal event), then polish
+      with Newton; `"newton"`: Newton's method from y0 only.
+    - `solver`: an adaptive solver for the simulation (default `ds.Rodas5P(rtol=1e-6,
+      atol=1e-9)`: stiff-safe, and its steps grow fast as the state settles).
+    - `rtol`, `atol`: at rest means |f| ≲ atol + rtol·|y| per unit time, component by
+      component (in the RMS sense).
+    - `max_time`: how long the trajectory may run before the solve gives up
+      (`ds.RESULTS.no_steady_state`: it oscillates, grows, or settles too slowly).
+    - `throw`: raise `ds.SimulationError` when no equilibrium is found (as `ds.simulate`);
+      `throw=False` returns the code in `result` (the way under `jax.vmap`).
+
+    Differentiable in every mode by the implicit function theorem (dy*/dθ = −J⁻¹ ∂f/∂θ; with
+    conserved totals, whose left null vectors U of J fix uᵀy* = uᵀy0, by (J + UUᵀ) ẏ* =
+    −∂f/∂θ·θ̇ + UUᵀ ẏ0). Jittable and vmappable.
+
+    **Example:** `ds.steady_state(model, y0).y`
+    """
+    check_model("model", model)
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    if solver is None:
+        solver = Rodas5P(rtol=1e-6, atol=1e-9)
+    check_solver("solver", solver, needs="an adaptive solver (e.g. ds.Rodas5P())")
+    if not isinstance(solver, AbstractAdaptiveSolver):
+        raise TypeError(
+            f"steady_state integrates to rest with an adaptive solver (its steps grow as the "
+            f"state settles); {type(solver).__name__} takes fixed steps: pass e.g. ds.Rodas5P()"
+        )
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not is_traced(value) and not float(value) >= 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+    check_positive_number("max_time", max_time)
+    y0 = jax.tree.map(as_state_leaf, as_state(y0))
+    dtype = real_dtype(y0)
+    times = jnp.asarray(t0, dtype), jnp.asarray(max_time, dtype)
+    tolerances = jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype)
+    state = _steady_state(
+        model, y0, times, tolerances, solver, method=method, max_steps=int(max_steps)
+    )
+    if throw:
+        return _raise_if_failed(state)
+    return state
+
+
+@eqx.filter_jit
+def _steady_state(model, y0, times, tolerances, solver, *, method, max_steps):
+    t0, _ = times
+    rtol, atol = tolerances
+    unravel = ravel_pytree(y0)[1]
+    y_flat, code, time = _equilibrium(
+        model, y0, times, tolerances, solver, method=method, max_steps=max_steps
+    )
+    return _finish(model, t0, unravel(y_flat), code, time, rtol, atol)
+
+
+@eqx.filter_custom_jvp
+def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
+    """(the flat equilibrium, the result code, the time to rest); its derivatives by the
+    implicit function theorem (`_equilibrium_jvp`), none through the search itself."""
+    t0, max_time = times
+    rtol, atol = tolerances
+    y0_flat, unravel = ravel_pytree(y0)
+
+    def newton(start):
+        """Newton's method on f = 0 from `start`: (the root, whether it converged to a point
+        at rest)."""
+        solution = optx.root_find(
+            lambda y, model: _flat_field(model, t0, unravel, y),
+            optx.Newton(rtol=rtol, atol=atol),
+            start,
+            args=model,
+            max_steps=_NEWTON_STEPS,
+            throw=False,
+        )
+        root = solution.value
+        ok = (solution.result == optx.RESULTS.successful) & jnp.all(jnp.isfinite(root))
+        return root, ok & (_size(model, t0, unravel(root), rtol, atol) <= 1)
+
+    zero = jnp.zeros((), y0_flat.dtype)
+    if method == "newton":
+        root, ok = newton(y0_flat)
+        return root, jnp.where(ok, RESULTS.successful, RESULTS.no_steady_state), zero
+
+    at_rest = _AtRest(model, rtol, atol)
+    resting = at_rest(t0, y0) <= 0
+    sol = simulate(
+        model,
+        y0,
+        jnp.stack([t0, t0 + max_time]),
+        solver=solver,
+        events=Event(at_rest, direction=-1, terminal=True),
+        max_steps=max_steps,
+        throw=False,
+    )
+    came_to_rest = sol.event_count == 1
+    rested = jax.tree.map(lambda a, b: jnp.where(resting, a, b), y0, sol.event_state)
+    rested_flat = ravel_pytree(rested)[0]
+    root, polished = newton(rested_flat)
+    # a singular Jacobian (conserved totals) leaves Newton without a step: the simulated
+    # state is at rest already
+    y_flat = jnp.where(polished, root, rested_flat)
+    found = resting | came_to_rest
+    failure = jnp.where(sol.result == RESULTS.successful, RESULTS.no_steady_state, sol.result)
+    code = jnp.where(found, RESULTS.successful, failure)
+    time = jnp.where(resting, zero, jnp.where(came_to_rest, sol.event_time - t0, max_time))
+    return y_flat, code, time
+
+
+@_equilibrium.def_jvp
+def _equilibrium_jvp(primals, tangents, *, method, max_steps):
+    """The implicit function theorem at y*: J ẏ* = −∂f/∂θ·θ̇, with J = ∂f/∂y. Where the model
+    conserves totals (left null vectors u of J: uᵀf = 0 for every state) the equilibrium is
+    fixed by them too, uᵀy* = uᵀy0, so the system solved is (J + U Uᵀ) ẏ* = −∂f/∂θ·θ̇ +
+    U Uᵀ ẏ0, square and regular (U the null vectors, from an SVD of J, held constant).
+    Differentiable again: y* is this function's own output, so second derivatives take the
+    same rule."""
+    model, y0, times, tolerances, solver = primals
+    model_dot, y0_dot = tangents[0], tangents[1]
+    out = _equilibrium(model, y0, times, tolerances, solver, method=method, max_steps=max_steps)
+    y_star = out[0]
+    t0 = times[0]
+    unravel = ravel_pytree(y0)[1]
+
+    def field(y, model):
+        return _flat_field(model, t0, unravel, y)
+
+    jacobian = jax.jacfwd(field)(y_star, model)
+    forcing = None
+    if model_dot is not None:
+        _, forcing = eqx.filter_jvp(lambda m: field(y_star, m), (model,), (model_dot,))
+    if forcing is None:  # no differentiated parameter
+        forcing = jnp.zeros_like(y_star)
+    u, singular, _ = jnp.linalg.svd(lax.stop_gradient(jacobian))
+    n = y_star.shape[0]
+    eps = jnp.finfo(y_star.dtype).eps
+    null = singular <= 1e3 * max(n, 1) * eps * singular[0]
+    u_null = jnp.where(null[None, :], u, 0.0)
+    system = jacobian + u_null @ u_null.T
+    rhs = -forcing
+    if y0_dot is not None:
+        rhs = rhs + u_null @ (u_null.T @ ravel_pytree(y0_dot)[0])
+    y_dot = jnp.linalg.solve(system, rhs)
+    return out, (y_dot, None, None)
+
+
+def _flat_field(model, t, unravel, y_flat):
+    return ravel_pytree(model.vector_field(t, unravel(y_flat)))[0]
+
+
+def _finish(model, t0, y, code, time, rtol, atol) -> SteadyState:
+    residual = _size(model, t0, y, rtol, atol)
+    # NaN where none was found, as a failed simulation's states
+    y = jax.tree.map(lambda x: jnp.where(code == RESULTS.successful, x, jnp.nan), y)
+    return SteadyState(y=y, result=code.astype(jnp.int32), residual=residual, time=time)
+
+
+def _raise_if_failed(state: SteadyState) -> SteadyState:
+    if is_traced(state.result):
+        checked = eqx.error_if(
+            state.y, state.result != RESULTS.successful, RESULTS.no_steady_state.message
+        )
+        return eqx.tree_at(lambda s: s.y, state, checked)
+    code = RESULTS(int(state.result))
+    if code != RESULTS.successful:
+        raise SimulationError(code, f"size of the vector field at the end: {state.residual:.3g}")
+    return state
