@@ -114,3 +114,18 @@ def test_an_open_end_needs_a_terminal_event_and_an_own_loop():
         ds.simulate(cannon, y0, ts, solver=ds.Kvaerno5(), events=hit)
     with pytest.raises(ValueError, match="only its last time may be inf"):
         ds.simulate(cannon, y0, jnp.array([0.0, jnp.inf, jnp.inf]), solver=ds.Tsit5(), events=hit)
+
+
+def test_a_traced_decreasing_ts_fails_loudly_also_for_event_outputs():
+    # under jit a ts built inside the function is traced and must increase; the failure
+    # reaches a caller who reads only the event state (it came back silently wrong before)
+    hit = ds.Event(lambda t, y: y[0] + 0.5)
+
+    @jax.jit
+    def event_state():
+        ts = jnp.array([2.0, 0.0])
+        sol = ds.simulate(OSCILLATOR, jnp.array([1.0, 0.0]), ts, solver=ds.Tsit5(), events=hit)
+        return sol.event_state
+
+    with pytest.raises(Exception, match="a ts traced under jit must increase"):
+        jax.block_until_ready(event_state())

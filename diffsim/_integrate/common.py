@@ -68,7 +68,7 @@ def advance(one_step, y, steps: int, block: int | None):
 
 def nonfinite_code(ys):
     finite = all_finite(ys)
-    return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state)
+    return jnp.where(finite, RESULTS.successful, RESULTS.nonfinite_state).astype(jnp.int32)
 
 
 def leading_mask(mask, y):

@@ -439,13 +439,18 @@ _MESSAGES = tuple(code.message for code in RESULTS)
 def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Solution:
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
+        # every output carries the check, so that a caller who reads only the event times
+        # (or states) still gets the error
+        def outputs(s):
+            return (s.ys, s.result, s.event_time, s.event_state)
+
         checked = eqx.branched_error_if(
-            (solution.ys, solution.result),
+            outputs(solution),
             solution.result != RESULTS.successful,
             solution.result,
             _MESSAGES,
         )
-        return eqx.tree_at(lambda s: (s.ys, s.result), solution, checked)
+        return eqx.tree_at(outputs, solution, checked, is_leaf=lambda x: x is None)
     code = RESULTS(int(solution.result))
     if code == RESULTS.successful:
         return solution

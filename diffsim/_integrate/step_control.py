@@ -147,6 +147,7 @@ def save_dense(ts, keep, t_next, y1, saved, ys, evaluate):
     n = ts.shape[0]
     if n == 2:
         done = keep & (t_next >= ts[-1])
+        saved = jnp.where(done, 2, saved).astype(saved.dtype)  # what `reached` is read from
         return saved, jax.tree.map(lambda y, buf: buf.at[1].set(y, pred=done), y1, ys)
 
     def save_more(carry):
