@@ -60,8 +60,11 @@ def test_a_conserved_total_fixes_the_equilibrium_by_y0():
         jnp.array([1.0, 2.0]),
     )
     y0 = jnp.array([3.0, 0.0])
+    # Newton has no step on a singular J: the state is the simulation's at rest (rtol 1e-8 on
+    # the vector field, the time scale 1/3), so ~1e-8 off; 1e-7 leaves a margin
     np.testing.assert_allclose(ds.steady_state(model, y0).y, [2.0, 1.0], rtol=1e-7)
     jacobian = jax.jacfwd(lambda y0: ds.steady_state(model, y0).y)(y0)
+    # the rule's J is taken at that state: its ~1e-8 error, amplified by the solve with J + UUᵀ
     np.testing.assert_allclose(jacobian, [[2 / 3, 2 / 3], [1 / 3, 1 / 3]], rtol=1e-6)
 
 

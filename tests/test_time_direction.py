@@ -27,7 +27,8 @@ def _oscillator(t):
 @pytest.mark.parametrize("name", SOLVERS)
 def test_a_backward_solve_matches_the_closed_form_and_the_forward_solve(name):
     # from t = 3 back to 0 through 31 outputs: the closed form at every output, and back at
-    # t = 0 the state the forward solve started from
+    # t = 0 the state the forward solve started from (measured: RK4 at dt 0.005 1.0e-9 off,
+    # the adaptive solvers at rtol 1e-10 ≤ 6.5e-11; 1e-8 and 2e-8 leave a margin of 10)
     ts = jnp.linspace(3.0, 0.0, 31)
     sol = ds.simulate(OSCILLATOR, jnp.asarray(_oscillator(3.0)), ts, **SOLVERS[name])
     np.testing.assert_allclose(sol.ys, _oscillator(np.asarray(ts)), atol=1e-8)

@@ -21,13 +21,13 @@ from jaxtyping import Array, PyTree
 
 from .._events import crossed, evaluate, EventTable, Records, start_value
 from .._results import RESULTS
-from .._solver.adaptive import AbstractDiffraxMethod
+from .._solver.adaptive import AbstractDiffraxMethod, is_plain_explicit_pair
 from .._validate import (
     all_finite,
 )
 from .adaptive_loop import run_any_order, solved
-from .common import events_result, leading_mask, mask_invalid, nonfinite_code, scale_of_times
-from .erk_loop import ExplicitPair, solve_erk, supports
+from .common import events_solved, leading_mask, plain_solved, scale_of_times
+from .erk_loop import ExplicitPair, solve_erk
 from .families import Solved, SolveRequest, solves
 from .forward_jacobian import count_inputs, jvp_by_jacobian
 from .step_control import check_adaptive_request, prepare
@@ -47,7 +47,7 @@ def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) 
     try:
         if request.events is None:
             return solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint)
-        if adjoint == "auto" and supports(solver.to_diffrax()):
+        if solver.runs_own_loop(adjoint):
             return solve_pair_events(*arguments, request.events, max_steps=int(max_steps))
         return solve_adaptive_events(
             *arguments, request.events, max_steps=int(max_steps), adjoint=adjoint
@@ -105,9 +105,7 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
         adjoint=adjoint,
         directions=None,
     )
-    code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
-    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
-    return Solved(mask_invalid(valid, out.ys), _stats(inner, out.accepted, out.rejected), result)
+    return plain_solved(valid, out.ys, out.code, _stats(inner, out.accepted, out.rejected))
 
 
 @eqx.filter_jit
@@ -209,7 +207,9 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         # diffrax locates the condition listed first among those that changed sign in the
         # step; one that is already past its crossing at that time crossed earlier. Not
         # located, it is reported rather than lost.
-        overtaken = fired & _crossed_earlier(table, model, c.g, watched, which, t_final, y_final)
+        overtaken = fired & _crossed_earlier(
+            table, model, c.g, watched, which, t_final, y_final, time_scale
+        )
         fired = fired & ~overtaken
         over_limit = table.over_limit(fired, which, counts)
         records = c.records.add(which, fired & ~over_limit, t_final, y_final, events)
@@ -239,25 +239,16 @@ def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int,
         final, _ = segment(init, jnp.array(0, jnp.int32))
     else:
         final, _ = lax.scan(segment, init, jnp.arange(segments, dtype=jnp.int32))
-    result = events_result(valid, final.ys, final.filled, final.code)
     stats = _stats(inner, final.accepted, final.rejected)
-    stats["num_events"] = jnp.sum(final.records.counts, dtype=jnp.int32)
-    return Solved(
-        ys=mask_invalid(valid, final.ys),
-        stats=stats,
-        result=result,
-        reached=final.filled & valid,
-        records=final.records,
-    )
+    return events_solved(valid, final.ys, final.filled, final.code, stats, final.records)
 
 
-def _crossed_earlier(table, model, g_start, watched, which, t, y):
+def _crossed_earlier(table, model, g_start, watched, which, t, y, time_scale):
     """Whether a watched condition other than `which` (the one diffrax located at (t, y)) is
     past a crossing there: it crossed earlier in the same step. A value on zero counts as not
     crossed yet (`start_value`), so simultaneous crossings are not flagged."""
-    scale = jnp.maximum(jnp.abs(t), 1.0)
     flags = [
-        (which != i) & watched[i] & crossed(e, g_start[i], start_value(e, model, t, y, scale))
+        (which != i) & watched[i] & crossed(e, g_start[i], start_value(e, model, t, y, time_scale))
         for i, e in enumerate(table.events)
     ]
     return jnp.any(jnp.stack(flags))
@@ -411,7 +402,7 @@ def _solve_plain(model, y0, ts, controls, span, conditions, **options):
     else diffrax's `diffeqsolve` with `options` (`inner`, `max_steps`, `adjoint`,
     `directions`)."""
     inner = options["inner"]
-    if conditions is None and span is None and supports(inner):
+    if conditions is None and span is None and is_plain_explicit_pair(inner):
         segment = solve_erk(
             inner, model.vector_field, y0, ts, controls, max_steps=options["max_steps"]
         )

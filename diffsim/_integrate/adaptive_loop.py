@@ -23,7 +23,7 @@ from jaxtyping import Array, PyTree
 from .._events import crossed, evaluate, EventTable, Records
 from .._results import RESULTS
 from .._validate import all_finite
-from .common import events_result, mask_invalid, nonfinite_code, scale_of_times
+from .common import events_solved, plain_solved, scale_of_times
 from .event_loop import locate
 from .families import Solved
 from .forward_jacobian import jvp_by_jacobian
@@ -191,27 +191,17 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
 
 
 def solved(valid, out: Out, stats: dict, events, code_override=None) -> Solved:
-    """The loop's `Out` as `simulate` takes it: NaN outputs and `RESULTS.invalid_input` for a
-    member whose inputs failed the traced guard (`valid` False); `code_override`, where not
-    None, replaces the result code (a DAE's inconsistent start)."""
+    """The loop's `Out` as `simulate` takes it (`common.plain_solved`, `common.events_solved`);
+    `code_override`, where not successful, replaces the result code (a DAE's inconsistent
+    start)."""
     if events is None:
-        code = jnp.where(out.code == RESULTS.successful, nonfinite_code(out.ys), out.code)
-        result = jnp.where(valid, code, RESULTS.invalid_input)
+        result = plain_solved(valid, out.ys, out.code, stats)
     else:
-        result = events_result(valid, out.ys, out.reached, out.code)
-    if code_override is not None:
-        result = jnp.where(code_override == RESULTS.successful, result, code_override)
-    result = result.astype(jnp.int32)
-    if events is None:
-        return Solved(mask_invalid(valid, out.ys), stats, result)
-    stats = dict(stats, num_events=jnp.sum(out.records.counts, dtype=jnp.int32))
-    return Solved(
-        ys=mask_invalid(valid, out.ys),
-        stats=stats,
-        result=result,
-        reached=out.reached & valid,
-        records=out.records,
-    )
+        result = events_solved(valid, out.ys, out.reached, out.code, stats, out.records)
+    if code_override is None:
+        return result
+    code = jnp.where(code_override == RESULTS.successful, result.result, code_override)
+    return result._replace(result=code.astype(jnp.int32))
 
 
 @eqx.filter_custom_jvp

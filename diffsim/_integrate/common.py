@@ -9,6 +9,7 @@ from jax import lax
 from .._parameter import constraints_hold, replace_unconstrained_parameters
 from .._results import RESULTS
 from .._validate import all_finite
+from .families import Solved
 
 
 def guard_inputs(model, y0, ts, extra=True):
@@ -102,3 +103,24 @@ def scale_of_times(ts):
         last = jnp.where(jnp.isfinite(t1), t1, t0)
     scale = jnp.maximum(jnp.abs(last), last - t0)
     return jnp.where(jnp.isfinite(t1), scale, jnp.maximum(scale, 1.0))
+
+
+def plain_solved(valid, ys, code, stats) -> Solved:
+    """A solve without events as `simulate` takes it: a non-finite output turns success into
+    `nonfinite_state`, and a member whose inputs failed the traced guard (`valid` False) gets
+    NaN outputs and `invalid_input`."""
+    code = jnp.where(code == RESULTS.successful, nonfinite_code(ys), code)
+    result = jnp.where(valid, code, RESULTS.invalid_input).astype(jnp.int32)
+    return Solved(mask_invalid(valid, ys), stats, result)
+
+
+def events_solved(valid, ys, reached, code, stats, records) -> Solved:
+    """A solve with events as `simulate` takes it (`events_result`, `mask_invalid`), its
+    occurrences counted in `stats["num_events"]`."""
+    return Solved(
+        ys=mask_invalid(valid, ys),
+        stats=dict(stats, num_events=jnp.sum(records.counts, dtype=jnp.int32)),
+        result=events_result(valid, ys, reached, code),
+        reached=reached & valid,
+        records=records,
+    )

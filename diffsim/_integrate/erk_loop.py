@@ -20,15 +20,9 @@ import diffrax
 import jax
 import jax.numpy as jnp
 
-from .._solver.adaptive import is_plain_explicit_pair
 from .._solver.tableau import ButcherTableau, combine
 from .adaptive_loop import Attempt, Method, run
 from .step_control import Controls, scale_tree
-
-
-def supports(inner) -> bool:
-    """Whether `inner` (a diffrax solver) can be stepped by this loop."""
-    return is_plain_explicit_pair(inner)
 
 
 class ExplicitPair(Method):

@@ -21,8 +21,7 @@ from jax import lax
 from jaxtyping import Array, PyTree
 
 from .._events import crossed, evaluate, EventTable, Records, restarts
-from .common import advance, events_result, guard_inputs, mask_invalid, scale_of_times
-from .families import Solved
+from .common import advance, events_solved, guard_inputs, scale_of_times
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
 # superlinearly, so this reaches round-off on any step in double precision.
@@ -177,7 +176,6 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
 
     final = advance(iteration, init, loop_bound(events, grid_steps), block)
     reached = jnp.arange(ts.shape[0], dtype=jnp.int32) <= final.last_saved
-    result = events_result(valid, final.ys, reached, final.code)
     num_events = jnp.sum(final.records.counts, dtype=jnp.int32)
     stats = {"num_steps": final.steps, "num_rejected_steps": jnp.zeros_like(final.steps)}
     # per located event: both ends' vector fields for the interpolant, one for the restart
@@ -185,14 +183,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
     evals = solver.function_evals(final.steps, 1 + num_events)
     if evals is not None:
         stats["num_function_evals"] = evals + 3 * num_events
-    stats["num_events"] = num_events
-    return Solved(
-        ys=mask_invalid(valid, final.ys),
-        stats=stats,
-        result=result,
-        reached=reached & valid,
-        records=final.records,
-    )
+    return events_solved(valid, final.ys, reached, final.code, stats, final.records)
 
 
 def _hermite(theta, h, y0, f0, y1, f1):

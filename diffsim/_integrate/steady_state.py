@@ -27,6 +27,7 @@ from .._solver.base import check_solver
 from .._solver.rosenbrock import Rodas5P
 from .._validate import as_state, as_state_leaf, check_positive_number, is_traced
 from .simulate import real_dtype, simulate
+from .step_control import rms
 
 _METHODS = ("simulate", "newton")
 # Newton iterations of the polish and of method="newton" (quadratic convergence: a start at
@@ -71,12 +72,11 @@ class _AtRest(eqx.Module):
 
 
 def _size(model, t, y, rtol, atol):
-    """The RMS over components of f(t, y) / (atol + rtol·|y|)."""
-    f = ravel_pytree(model.vector_field(t, y))[0]
-    y_flat = ravel_pytree(y)[0]
-    if f.size == 0:
-        return jnp.zeros((), y_flat.dtype)
-    return jnp.sqrt(jnp.mean((f / (atol + rtol * jnp.abs(y_flat))) ** 2))
+    """The RMS over components of f(t, y) / (atol + rtol·|y|) (0 for a state without any)."""
+    scaled = jax.tree.map(
+        lambda f, y: jnp.asarray(f) / (atol + rtol * jnp.abs(y)), model.vector_field(t, y), y
+    )
+    return rms(scaled)
 
 
 def steady_state(
