@@ -27,9 +27,11 @@ from ._fit.refit import FitBatch as FitBatch, refit as refit
 from ._fit.result import FitResult as FitResult
 from ._fit.sample import sample as sample
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
+from ._integrate.dense import DenseOutput as DenseOutput
 from ._integrate.simulate import simulate as simulate, Solution as Solution
 from ._integrate.steady_state import steady_state as steady_state, SteadyState as SteadyState
 from ._model import (
+    AbstractDDE as AbstractDDE,
     AbstractHamiltonian as AbstractHamiltonian,
     AbstractLagrangian as AbstractLagrangian,
     AbstractLangevin as AbstractLangevin,
@@ -37,6 +39,7 @@ from ._model import (
     AbstractSDE as AbstractSDE,
     AbstractSecondOrder as AbstractSecondOrder,
     AbstractSeparableHamiltonian as AbstractSeparableHamiltonian,
+    DDE as DDE,
     join_pair as join_pair,
     ODE as ODE,
     split_pair as split_pair,

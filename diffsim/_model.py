@@ -292,6 +292,102 @@ class ODE(AbstractODE):
         return self.fn(t, y, self.params)
 
 
+class AbstractDDE(AbstractODE):
+    """A delay differential equation dy/dt = f(t, y(t), (y(t − τ1), …, y(t − τk))) with
+    constant lags τi > 0 and a history y(t) for t ≤ t0.
+
+    Subclasses implement `delayed_field(t, y, y_delayed)` (`y_delayed` a tuple of states, one
+    per lag, in the order of `delays()`), `delays()` (a tuple of positive scalars, traced: the
+    solution is differentiable with respect to them) and `history(t)` (the state at a time
+    t ≤ t0). `simulate` solves it by the method of steps: the delayed states are read from
+    the history before t0 and from the solution's own dense output after it
+    (docs/delays.md).
+    """
+
+    @abc.abstractmethod
+    def delayed_field(self, t, y, y_delayed):
+        """dy/dt at time `t`, state `y` and the delayed states `y_delayed` (a tuple)."""
+
+    @abc.abstractmethod
+    def delays(self) -> tuple:
+        """The lags (τ1, …, τk), positive scalars in the time unit of `t`."""
+
+    @abc.abstractmethod
+    def history(self, t):
+        """The state at a time t ≤ t0 (the solve's start), shaped like `y0`."""
+
+    def vector_field(self, t, y, args=None):
+        """The field with the delayed states read from the history: exact while every t − τi
+        ≤ t0 (the first interval of the method of steps), which is where `simulate` uses it
+        (its checks and its first step); beyond, the solve reads its own past."""
+        return self.delayed_field(t, y, tuple(self.history(t - lag) for lag in self.delays()))
+
+
+class DDE(AbstractDDE):
+    """Wrap a plain function `fn(t, y, y_delayed, params) -> dy/dt` as a delay model, where
+    `y_delayed` is the tuple of states at t − τ for each lag in `delays`.
+
+    - `params`: any pytree of numbers/arrays (traced).
+    - `delays`: a tuple of positive lags (a single number is one lag); traced, so the solution
+      is differentiable with respect to them.
+    - `history`: the state for t ≤ t0, a function `history(t)` or a constant state (the
+      default history of `simulate`'s `y0` is not assumed: pass it).
+
+    **Example:** Mackey–Glass, `ds.DDE(lambda t, y, yd, p: p["b"] * yd[0] / (1 + yd[0] ** 10)
+    - p["g"] * y, {"b": 0.2, "g": 0.1}, delays=(17.0,), history=jnp.array(0.5))`
+    """
+
+    fn: Callable = eqx.field(static=True)
+    params: Any
+    lags: tuple
+    constant_history: Any
+    history_fn: Callable | None = eqx.field(static=True)
+
+    def __init__(self, fn: Callable, params: Any = None, *, delays, history):
+        if not callable(fn):
+            raise TypeError(
+                "DDE(fn, params, delays=..., history=...): fn must be callable as "
+                f"fn(t, y, y_delayed, params), got {fn!r}"
+            )
+        lags = delays if isinstance(delays, (tuple, list)) else (delays,)
+        if len(lags) == 0:
+            raise ValueError("DDE: delays is empty; a model without lags is a ds.ODE")
+        self.fn = fn
+        self.params = jax.tree.map(_as_array_if_number, params)
+        self.lags = tuple(_as_array_if_number(lag) for lag in lags)
+        if callable(history):
+            self.history_fn, self.constant_history = history, None
+        else:
+            self.history_fn = None
+            self.constant_history = jax.tree.map(_as_array_if_number, history)
+
+    def __check_init__(self):
+        bad = nonfinite_leaves((self.params, self.lags, self.constant_history))
+        if bad:
+            raise ValueError(f"DDE: parameters, lags or history {', '.join(bad)} are not finite")
+        for i, lag in enumerate(self.lags):
+            if jnp.ndim(lag) != 0:
+                raise ValueError(
+                    f"DDE: delays[{i}] must be a scalar lag, got shape {jnp.shape(lag)}"
+                )
+            if not is_traced(lag) and not float(lag) > 0:
+                raise ValueError(
+                    f"DDE: delays[{i}] = {float(lag)}; every lag must be positive (a zero lag "
+                    "is the present state: use y)"
+                )
+
+    def delayed_field(self, t, y, y_delayed):
+        return self.fn(t, y, y_delayed, self.params)
+
+    def delays(self) -> tuple:
+        return self.lags
+
+    def history(self, t):
+        if self.history_fn is not None:
+            return self.history_fn(t)
+        return self.constant_history
+
+
 def _as_array_if_number(x):
     if isinstance(x, (bool, str)) or x is None:
         return x

@@ -8,6 +8,7 @@ from .chemistry import (
     Robertson as Robertson,
 )
 from .circuits import Rectifier as Rectifier
+from .delay import DelayedNegativeFeedback as DelayedNegativeFeedback, MackeyGlass as MackeyGlass
 from .fields import Heat1D as Heat1D, Nagumo1D as Nagumo1D
 from .mechanics import (
     BouncingBall as BouncingBall,

@@ -44,11 +44,19 @@ def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) 
             f"adjoint must be 'auto', 'checkpoint' or a diffrax adjoint, got {adjoint!r}"
         )
     arguments = (solver, request.model, request.y0, request.ts, dt)
+    if request.dense and not solver.runs_own_loop(adjoint):
+        raise NotImplementedError(
+            f"dense=True: {type(solver).__name__} runs in diffrax's loop here, whose dense "
+            "output diffsim does not keep; use an explicit pair (ds.Tsit5, ds.Dopri5, "
+            "ds.Dopri8) or a Rosenbrock method (ds.Rodas5P, ...) with adjoint='auto'"
+        )
     try:
-        if request.events is None:
+        if request.events is None and not request.dense:
             return solve_adaptive(*arguments, max_steps=int(max_steps), adjoint=adjoint)
         if solver.runs_own_loop(adjoint):
-            return solve_pair_events(*arguments, request.events, max_steps=int(max_steps))
+            return solve_pair_events(
+                *arguments, request.events, max_steps=int(max_steps), dense=request.dense
+            )
         return solve_adaptive_events(
             *arguments, request.events, max_steps=int(max_steps), adjoint=adjoint
         )
@@ -109,12 +117,14 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
 
 
 @eqx.filter_jit
-def solve_pair_events(solver, model, y0, ts, dt0, events, *, max_steps: int):
-    """An explicit pair with events: diffsim's adaptive loop (`adaptive_loop`), which locates
-    the earliest crossing in a step on the pair's dense output."""
+def solve_pair_events(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
+    """An explicit pair with events, or with dense output: diffsim's adaptive loop
+    (`adaptive_loop`), which locates the earliest crossing in a step on the pair's dense
+    output and keeps every step's interpolant when asked."""
     inner = solver.to_diffrax()
     valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
-    out = run_any_order(ExplicitPair(inner), model, y0, ts, controls, events, max_steps=max_steps)
+    method = ExplicitPair(inner)
+    out = run_any_order(method, model, y0, ts, controls, events, max_steps=max_steps, dense=dense)
     return solved(valid, out, _stats(inner, out.accepted, out.rejected), events)
 
 

@@ -23,7 +23,8 @@ from jaxtyping import Array, PyTree
 from .._events import crossed, evaluate, EventTable, Records
 from .._results import RESULTS
 from .._validate import all_finite
-from .common import events_solved, plain_solved, scale_of_times
+from .common import events_solved, mask_invalid, plain_solved, scale_of_times
+from .dense import DenseOutput, empty_pieces, sample_step
 from .event_loop import locate
 from .families import Solved
 from .forward_jacobian import jvp_by_jacobian
@@ -55,6 +56,7 @@ class Stepper(Protocol):
     """A method as the loop sees it."""
 
     error_order: int  # the error estimate is O(h^error_order)
+    dense_nodes: int  # the degree of its dense output + 1 (`dense.sample_step`)
 
     def start(self, t, y) -> PyTree:
         """The carry of the first step from (t, y), and of the step after an event moved or
@@ -80,6 +82,7 @@ class Out(NamedTuple):
     rejected: Array  # int32
     records: Records | None = None  # with events: every occurrence
     reached: Array | None = None  # with events: bool (times,), False after a terminal event
+    dense: DenseOutput | None = None  # with dense=True: every accepted step's interpolant
 
 
 class _State(NamedTuple):
@@ -99,51 +102,81 @@ class _State(NamedTuple):
     g: tuple | None = None
     records: Records | None = None
     done: Array | None = None
+    # with dense output (else None): the step boundaries and each step's interpolant
+    pieces: tuple | None = None
 
 
-def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_steps: int) -> Out:
+def run(
+    stepper: Stepper,
+    model,
+    y0,
+    ts,
+    controls: Controls,
+    events,
+    *,
+    max_steps: int,
+    dense: bool = False,
+) -> Out:
     """Solve from y0 at ts[0] to ts[-1] with `stepper`, saving at every time in ts, with the
-    step-size `controls` and `events` (a tuple of `ds.Event`, or None)."""
+    step-size `controls` and `events` (a tuple of `ds.Event`, or None); with `dense`, every
+    accepted step's interpolant is kept (`dense.DenseOutput`)."""
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
-    t1_floor = end_floor(t1)
     table = None if events is None else EventTable(events)
     time_scale = scale_of_times(ts)
     select = lambda keep, a, b: jax.tree.map(lambda a, b: jnp.where(keep, a, b), a, b)  # noqa: E731
 
-    def target(saved):
+    delayed = hasattr(stepper, "with_history")  # a delay equation reads its own past
+    dense = dense or delayed
+    breaks = stepper.breaks(t0) if delayed else None
+
+    def target(saved, t_reached):
         """(where the next step must end at the latest, the time above which it is stretched
-        to end there): t1, or with `step_to_outputs` the next output time."""
+        to end there): t1, or with `step_to_outputs` the next output time; for a delay
+        equation no later than its next breakpoint (where its solution is not smooth)."""
         if not controls.step_to_outputs:
-            return t1, t1_floor
-        t_out = ts[jnp.minimum(saved, ts.shape[0] - 1)]
+            t_out = t1
+        else:
+            t_out = ts[jnp.minimum(saved, ts.shape[0] - 1)]
+        if breaks is not None:
+            t_out = jnp.minimum(t_out, breaks[jnp.searchsorted(breaks, t_reached, side="right")])
         return t_out, end_floor(t_out)
 
     def step(state: _State) -> _State:
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
         h = t_next - t
-        attempt = stepper.attempt(t, h, y, state.carry)
+        now = (
+            stepper.with_history(_history_view(state.pieces, y0, state.accepted))
+            if delayed
+            else stepper
+        )
+        attempt = now.attempt(t, h, y, state.carry)
         ratio = error_ratio(y, attempt.y1, attempt.error, controls)
         keep, dt, code = next_step(t, t_next, ratio, stepper.error_order, controls, code)
         if table is None:
             saved, ys = save_dense(
                 ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate
             )
-            t_new, t_next_new = advance_time(keep, t, t_next, dt, *target(saved))
+            t_reached = jnp.where(keep, t_next, t)
+            t_new, t_next_new = advance_time(keep, t, t_next, dt, *target(saved, t_reached))
             y_new, carry_new = select(keep, (attempt.y1, attempt.carry), (y, state.carry))
             extra = {}
         else:
-            found = _event_in_step(
-                table, model, stepper, t, h, attempt, state, keep, code, time_scale
-            )
+            found = _event_in_step(table, model, now, t, h, attempt, state, keep, code, time_scale)
             code = found.code
             saved, ys = save_dense(
                 ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate
             )
-            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *target(saved))
+            t_reached = jnp.where(keep, found.t_end, t)
+            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *target(saved, t_reached))
             y_new, carry_new = select(keep, (found.y_after, found.carry), (y, state.carry))
             done = state.done | found.stop | (keep & (t_new >= t1))
             extra = dict(g=found.g, records=found.records, done=done)
+        if dense:
+            t_end, y_end = (t_next, attempt.y1) if table is None else (found.t_end, found.y_end)
+            extra["pieces"] = _store_piece(
+                state.pieces, state.accepted, keep, stepper, attempt, t, t_end, y, y_end
+            )
         return _State(
             t=t_new,
             t_next=t_next_new,
@@ -165,7 +198,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
     zero = jnp.array(0, jnp.int32)
     init = _State(
         t=t0,
-        t_next=jnp.minimum(t0 + first_step(controls, dtype), target(1)[0]),
+        t_next=jnp.minimum(t0 + first_step(controls, dtype), target(1, t0)[0]),
         y=y0,
         carry=stepper.start(t0, y0),
         ys=empty_outputs(y0, ts.shape[0]),
@@ -173,6 +206,7 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
         accepted=zero,
         rejected=zero,
         code=jnp.array(RESULTS.successful, jnp.int32),
+        pieces=empty_pieces(y0, t0, max_steps, stepper.dense_nodes) if dense else None,
     )
     if table is not None:
         g0, untracked, code0 = table.start(model, t0, y0, time_scale)
@@ -181,13 +215,31 @@ def run(stepper: Stepper, model, y0, ts, controls: Controls, events, *, max_step
         init = init._replace(
             ys=ys, code=code0, g=g0, records=Records.empty(events, y0, dtype), done=untracked
         )
-    final = step_loop(going, step, init, buffers=lambda state: state.ys)
+    final = step_loop(going, step, init, buffers=lambda state: (state.ys, state.pieces))
+    pieces = None if not dense else DenseOutput(*final.pieces, final.accepted)
     if table is None:
-        return Out(final.ys, final_code(final.t, t1, final.code), final.accepted, final.rejected)
+        code = final_code(final.t, t1, final.code)
+        return Out(final.ys, code, final.accepted, final.rejected, dense=pieces)
     stopped_early = final.done & (final.t < t1)  # a terminal event (or a limit) ended it
     code = jnp.where(stopped_early, final.code, final_code(final.t, t1, final.code))
     reached = jnp.arange(ts.shape[0], dtype=jnp.int32) < final.saved
-    return Out(final.ys, code, final.accepted, final.rejected, final.records, reached)
+    return Out(final.ys, code, final.accepted, final.rejected, final.records, reached, pieces)
+
+
+def _history_view(pieces, y0, count) -> DenseOutput:
+    """The steps stored so far, read from the loop's buffers (a delay equation's past)."""
+    knots, coeffs = pieces
+    return DenseOutput(knots[...], jax.tree.map(lambda _, c: c[...], y0, coeffs), count)
+
+
+def _store_piece(pieces, row, keep, stepper, attempt, t, t_end, y, y_end):
+    """Write the accepted step's interpolant on [t, t_end] into row `row` of the dense
+    buffers (a rejected attempt writes nothing)."""
+    knots, coeffs = pieces
+    sample = sample_step(attempt.evaluate, t, t_end, y, y_end, stepper.dense_nodes)
+    knots = knots.at[row + 1].set(t_end, pred=keep)
+    coeffs = jax.tree.map(lambda c, buf: buf.at[row].set(c, pred=keep), sample, coeffs)
+    return knots, coeffs
 
 
 def solved(valid, out: Out, stats: dict, events, code_override=None) -> Solved:
@@ -198,6 +250,9 @@ def solved(valid, out: Out, stats: dict, events, code_override=None) -> Solved:
         result = plain_solved(valid, out.ys, out.code, stats)
     else:
         result = events_solved(valid, out.ys, out.reached, out.code, stats, out.records)
+    if out.dense is not None:  # a member whose inputs failed the guard: NaN between outputs too
+        coeffs = mask_invalid(valid, out.dense.coeffs)
+        result = result._replace(dense=eqx.tree_at(lambda d: d.coeffs, out.dense, coeffs))
     if code_override is None:
         return result
     code = jnp.where(code_override == RESULTS.successful, result.result, code_override)
@@ -205,27 +260,41 @@ def solved(valid, out: Out, stats: dict, events, code_override=None) -> Solved:
 
 
 @eqx.filter_custom_jvp
-def run_any_order(method: Method, model, y0, ts, controls, events, *, max_steps: int) -> Out:
+def run_any_order(
+    method: Method, model, y0, ts, controls, events, *, max_steps: int, dense: bool = False
+) -> Out:
     """`run` with `method.stepper(model, y0)`, differentiable in every mode: the loop holds no
     custom rule inside, so its tangent is the forward-mode Jacobian of the loop
     (`forward_jacobian`), through the stages, the dense output and the event location."""
-    return run(method.stepper(model, y0), model, y0, ts, controls, events, max_steps=max_steps)
+    stepper = method.stepper(model, y0)
+    return run(stepper, model, y0, ts, controls, events, max_steps=max_steps, dense=dense)
 
 
 @run_any_order.def_jvp
-def _run_any_order_jvp(primals, tangents, *, max_steps):
+def _run_any_order_jvp(primals, tangents, *, max_steps, dense=False):
     def solve(*args):
         method, model, y0 = args[:3]
-        out = run(method.stepper(model, y0), model, y0, *args[3:], max_steps=max_steps)
+        stepper = method.stepper(model, y0)
+        out = run(stepper, model, y0, *args[3:], max_steps=max_steps, dense=dense)
         times = None if out.records is None else (out.records.times, out.records.states)
-        return (out.ys, times), out
+        pieces = None if out.dense is None else (out.dense.knots, out.dense.coeffs)
+        return (out.ys, times, pieces), out
 
-    out, (ys_tangent, times_tangent) = jvp_by_jacobian(solve, primals, tangents)
+    out, (ys_tangent, times_tangent, pieces_tangent) = jvp_by_jacobian(solve, primals, tangents)
     records = None
     if out.records is not None:
         records = Records(times=times_tangent[0], states=times_tangent[1], counts=None)
+    pieces = None
+    if out.dense is not None:
+        pieces = DenseOutput(*pieces_tangent, None, out.dense.direction)
     tangent = Out(
-        ys=ys_tangent, code=None, accepted=None, rejected=None, records=records, reached=None
+        ys=ys_tangent,
+        code=None,
+        accepted=None,
+        rejected=None,
+        records=records,
+        reached=None,
+        dense=pieces,
     )
     return out, tangent
 

@@ -34,11 +34,17 @@ class ExplicitPair(Method):
         return _PairStepper(self.inner, model.vector_field)
 
 
+# the degree + 1 of each pair's interpolant in θ (Tsit5's and Dopri5's are quartic, Dopri8's of
+# degree 7); another diffrax ERK is sampled at 8 nodes, exact up to degree 7
+_DENSE_NODES = {diffrax.Tsit5: 5, diffrax.Dopri5: 5, diffrax.Dopri8: 8}
+
+
 class _PairStepper:
     def __init__(self, inner, vector_field):
         self.inner, self.vector_field = inner, vector_field
         self.tableau = ButcherTableau.from_diffrax(inner.tableau)
         self.error_order = inner.order(diffrax.ODETerm(vector_field))
+        self.dense_nodes = _DENSE_NODES.get(type(inner), 8)
 
     def start(self, t, y):
         return self.vector_field(t, y)  # the first stage of the next attempt

@@ -27,6 +27,7 @@ class Solved(NamedTuple):
     result: Int[Array, ""]  # RESULTS code
     reached: Bool[Array, " times"] | None = None  # with events: False after a terminal event
     records: Records | None = None  # with events: every occurrence
+    dense: object = None  # with dense=True: the `dense.DenseOutput` of the solve
 
 
 _SOLVES: dict[type, Callable[..., Solved]] = {}
@@ -69,3 +70,4 @@ class SolveRequest(NamedTuple):
     max_steps: int
     checkpoint: int | str | None  # "auto", None or steps per checkpointed block
     adjoint: str | diffrax.AbstractAdjoint
+    dense: bool = False  # keep every step's interpolant (`Solution.evaluate`)

@@ -14,6 +14,7 @@ from .._results import RESULTS
 from .._solver.base import AbstractFixedStepSolver
 from .._validate import is_count, is_traced, MAX_COUNT
 from .common import advance, guard_inputs, mask_invalid, nonfinite_code
+from .dense import coefficients, DenseOutput, hermite_values
 from .event_loop import loop_bound, solve_fixed_events
 from .families import Solved, SolveRequest, solves
 from .time_grid import plan_fixed_steps, warn_unresolved_step
@@ -32,6 +33,12 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
     _check_step_count(total, events)
     if not is_traced(request.host_ts):
         warn_unresolved_step(request.host_ts, plan, request.dtype)
+    if request.dense and events is not None:
+        raise NotImplementedError(
+            "dense=True with events: a fixed-step solve keeps its steps' interpolants without "
+            "events only; use an adaptive solver (ds.Tsit5, ds.Rodas5P, ...), whose dense "
+            "output follows events and resets"
+        )
     if events is None:
         return _solve_fixed(
             solver,
@@ -42,6 +49,7 @@ def solve_fixed_family(solver: AbstractFixedStepSolver, request: SolveRequest) -
             steps_per_save=plan.steps_per_save,
             block=_checkpoint_block(request.checkpoint, total, plan.steps_per_save),
             key=request.key,
+            dense=request.dense,
         )
     counts = (
         np.full(times.shape[0] - 1, plan.steps_per_save, np.int32)
@@ -102,7 +110,9 @@ def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int 
 
 
 @eqx.filter_jit
-def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key):
+def _solve_fixed(
+    solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key, dense: bool
+):
     valid, model, y0, ts = guard_inputs(model, y0, ts)
     masked = steps is not None
     counts = steps if masked else jnp.full(ts.shape[0] - 1, steps_per_save, jnp.int32)
@@ -128,11 +138,18 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
 
         # each output interval is a loop of its own (the scan over intervals saves its end), so
         # a carried evaluation starts afresh there: one more evaluation an interval
+        carry = (y, solver.init(model, t_start, y))
+        if dense:  # every step's start state kept (dense output stores every step anyway)
 
-        y, _ = advance(one_step, (y, solver.init(model, t_start, y)), steps_per_save, block)
+            def kept_step(carry, j):
+                return one_step(j, carry), carry[0]
+
+            (y, _), starts = lax.scan(kept_step, carry, jnp.arange(steps_per_save, dtype=jnp.int32))
+            return y, (y, starts)
+        y, _ = advance(one_step, carry, steps_per_save, block)
         return y, y
 
-    if block is not None and steps_per_save <= block:
+    if block is not None and steps_per_save <= block and not dense:
         # Short intervals: reverse mode keeps one state per output time and recomputes the steps
         # of one interval at a time.
         interval = jax.checkpoint(interval)
@@ -140,9 +157,10 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
         # One output interval (e.g. only the final state is wanted): no loop over intervals,
         # which saves XLA a while loop to compile.
         _, last = interval(y0, (ts[0], ts[1], counts[0], offsets[0]))
-        ys = jax.tree.map(lambda y: y[None], last)
+        outs = jax.tree.map(lambda y: y[None], last)
     else:
-        _, ys = lax.scan(interval, y0, (ts[:-1], ts[1:], counts, offsets))
+        _, outs = lax.scan(interval, y0, (ts[:-1], ts[1:], counts, offsets))
+    ys, starts = outs if dense else (outs, None)
     ys = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]), y0, ys)
     num_steps = jnp.sum(counts) if masked else jnp.asarray(steps_per_save * (ts.shape[0] - 1))
     stats = {"num_steps": num_steps, "num_rejected_steps": jnp.zeros_like(num_steps)}
@@ -150,4 +168,33 @@ def _solve_fixed(solver, model, y0, ts, steps, *, steps_per_save: int, block: in
     if evals is not None:
         stats["num_function_evals"] = evals
     result = jnp.where(valid, nonfinite_code(ys), RESULTS.invalid_input).astype(jnp.int32)
-    return Solved(mask_invalid(valid, ys), stats, result)
+    pieces = None
+    if dense:
+        pieces = _hermite_pieces(model, ts, counts, steps_per_save, starts, ys)
+        pieces = eqx.tree_at(lambda d: d.coeffs, pieces, mask_invalid(valid, pieces.coeffs))
+    return Solved(mask_invalid(valid, ys), stats, result, dense=pieces)
+
+
+def _hermite_pieces(model, ts, counts, steps_per_save: int, starts, ys) -> DenseOutput:
+    """The dense output of a fixed-step solve: a cubic Hermite interpolant on every step from
+    the states and the vector field at its ends. Steps that an uneven grid masks (beyond an
+    interval's own count) are pieces of zero width at the interval's end."""
+    j = jnp.arange(steps_per_save, dtype=ts.dtype)
+    h = (ts[1:] - ts[:-1]) / counts.astype(ts.dtype)
+    times = jnp.minimum(ts[:-1, None] + j[None, :] * h[:, None], ts[1:, None]).reshape(-1)
+    times = jnp.concatenate([times, ts[-1:]])
+    states = jax.tree.map(
+        lambda s, y: jnp.concatenate([s.reshape((-1,) + s.shape[2:]), y[-1:]]), starts, ys
+    )
+    slopes = jax.vmap(model.vector_field)(times, states)
+    first = lambda tree: jax.tree.map(lambda x: x[:-1], tree)  # noqa: E731
+    rest = lambda tree: jax.tree.map(lambda x: x[1:], tree)  # noqa: E731
+
+    def piece(y_a, f_a, y_b, f_b, width):
+        return coefficients(hermite_values(y_a, f_a, y_b, f_b, width))
+
+    coeffs = jax.vmap(piece)(
+        first(states), first(slopes), rest(states), rest(slopes), jnp.diff(times)
+    )
+    count = jnp.asarray(times.shape[0] - 1, jnp.int32)
+    return DenseOutput(times, coeffs, count)

@@ -44,18 +44,20 @@ def solve_rosenbrock_family(solver: AbstractRosenbrock, request: SolveRequest) -
         dt,
         request.events,
         max_steps=request.max_steps,
+        dense=request.dense,
     )
 
 
 @eqx.filter_jit
-def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int):
+def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
     valid, model, y0, ts, controls = prepare(solver, solver.error_order, model, y0, ts, dt0)
     if model.mass_matrix is not None:
         # an inconsistent start is refused with its own code (simulate checks it eagerly too)
         consistent = consistency_error(model, ts[0], y0, controls.rtol, controls.atol) <= 1
     else:
         consistent = jnp.array(True)
-    out = run_any_order(_Rosenbrock(solver), model, y0, ts, controls, events, max_steps=max_steps)
+    method = RosenbrockMethod(solver)
+    out = run_any_order(method, model, y0, ts, controls, events, max_steps=max_steps, dense=dense)
     valid = valid & consistent
     code = jnp.where(consistent, RESULTS.successful, RESULTS.inconsistent_initial_state)
     attempts = out.accepted + out.rejected
@@ -68,7 +70,7 @@ def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int):
     return solved(valid, out, stats, events, code_override=code)
 
 
-class _Rosenbrock(Method):
+class RosenbrockMethod(Method):
     """A Rosenbrock method as the adaptive loop steps it: the state flattened into one vector
     for the linear algebra, unflattened for the model and the outputs."""
 
@@ -83,6 +85,7 @@ class _RosenbrockStepper:
         y0_flat, self.unravel = ravel_pytree(y0)
         self.solver, self.model = solver, model
         self.error_order = solver.error_order
+        self.dense_nodes = solver.interpolant_degree + 1
         self.f = flat_field(model, self.unravel)
         self.mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)
 

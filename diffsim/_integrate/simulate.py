@@ -10,7 +10,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event, Records
-from .._model import AbstractODE, AbstractSDE, check_model, ODE
+from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
 from .._solver.base import AbstractSolver, check_solver
@@ -27,6 +27,8 @@ from .._validate import (
     to_device,
 )
 from .dae import check_consistent_start, check_mass_matrix
+from .delay import solve_dde
+from .dense import constant_piece, DenseOutput
 from .families import solve_of, SolveRequest
 from .reverse import check_reversible, forward_times, Reversed, reversed_event
 from .time_grid import check_ts, is_empty_span, open_end, runs_backward
@@ -56,6 +58,9 @@ class Solution(eqx.Module):
     - `event_count`: int, how often each event happened.
     - `reached`: bool `(times,)`: False at output times after a terminal event (their `ys` are
       NaN).
+
+    With `dense=True` (else None): `dense`, every step's interpolant (`ds.DenseOutput`), read
+    through `evaluate(t)` and `derivative(t)`.
     """
 
     ts: Float[Array, " times"]
@@ -66,11 +71,38 @@ class Solution(eqx.Module):
     event_state: PyTree[Array] = None
     event_count: PyTree[Array] = None
     reached: Array | None = None
+    dense: DenseOutput | None = None
 
     @property
     def succeeded(self) -> Array:
         """Boolean array: True where the solve succeeded."""
         return self.result == RESULTS.successful
+
+    def evaluate(self, t) -> PyTree[Array]:
+        """The state at time(s) `t` anywhere in the span the solve covered, from the method's
+        own interpolant on the step that holds `t` (needs `simulate(..., dense=True)`).
+
+        `t`: a scalar or an array of times; each leaf of the result has shape
+        `t.shape + state shape`. NaN outside the span (and after a terminal event). At an
+        event with a reset, the state after it. Differentiable with respect to `t` and,
+        through the solve, to parameters and `y0`."""
+        return self._at(t, "evaluate")
+
+    def derivative(self, t) -> PyTree[Array]:
+        """dy/dt at time(s) `t`: the derivative of the interpolant `evaluate` reads (shapes
+        as there; needs `simulate(..., dense=True)`)."""
+        return self._at(t, "derivative")
+
+    def _at(self, t, which: str):
+        if self.dense is None:
+            raise ValueError(
+                f"Solution.{which} needs the steps' interpolants: solve with "
+                "ds.simulate(..., dense=True)"
+            )
+        t = jnp.asarray(t, self.dense.knots.dtype)
+        read = getattr(self.dense, which)
+        values = jax.vmap(read)(t.reshape(-1))
+        return jax.tree.map(lambda v: v.reshape(t.shape + v.shape[1:]), values)
 
 
 def simulate(
@@ -87,6 +119,7 @@ def simulate(
     adjoint: str | diffrax.AbstractAdjoint = "auto",
     key=None,
     events=None,
+    dense: bool = False,
 ) -> Solution:
     """Solve the model from `y0` at `ts[0]` and return the states at every time in `ts`.
 
@@ -129,6 +162,12 @@ def simulate(
       passages of a stochastic model use `ds.iterate` with a stop condition). Reverse mode
       through a fixed-step solve with events stores one state per checkpoint block as without
       events.
+    - `dense`: keep every step's interpolant, so that `Solution.evaluate(t)` and
+      `Solution.derivative(t)` answer at any time of the span: the method's own dense output
+      for adaptive solvers run in diffsim's loop (explicit pairs, Rosenbrock methods; with
+      events too), a cubic Hermite interpolant on every step for fixed-step solvers (without
+      events). Memory: `max_steps` (adaptive) or the number of steps (fixed-step) times the
+      interpolant's degree + 1 states (docs/concepts/solvers.md, "Dense output").
 
     **Returns:** a `ds.Solution`.
 
@@ -170,16 +209,22 @@ def simulate(
     # the start time for the trace-time checks: taken on the host when ts is concrete (indexing
     # a device array would compile two small programs before the solve's own)
     t0 = times[0] if is_traced(ts) else to_device(np.asarray(host_ts)[0], dtype)
+    if isinstance(model, AbstractDDE):  # before the state check, which calls the history
+        _check_history(model, y0, t0)
     once(_check_state, model, y0, t0)
     model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
+    _check_dense(dense, solver)
     event_list = None if events is None else _prepared_events(events, solver, t0, y0)
     if open_end(host_ts):
         _check_open_end(solver, event_list, adjoint)
     if is_empty_span(host_ts):
-        return _without_steps(ts, y0, event_list, isinstance(events, Event), dtype)
+        solution = _without_steps(ts, y0, event_list, isinstance(events, Event), dtype)
+        return _with_dense(solution, constant_piece(y0, times[0])) if dense else solution
     backward = runs_backward(host_ts)
+    if isinstance(model, AbstractDDE) and backward:
+        raise ValueError("a delay equation integrates forward from its history: ts must increase")
     if backward:  # solved forward in s = -t (see reverse.py)
         check_reversible(model, solver)
         model, host_ts, times, t0 = Reversed(model), -host_ts, -times, -t0
@@ -201,8 +246,12 @@ def simulate(
         max_steps=max_steps,
         checkpoint=checkpoint,
         adjoint=adjoint,
+        dense=dense,
     )
-    ys, stats, result, reached, records = solve_of(solver)(solver, request)
+    solve = solve_dde if isinstance(model, AbstractDDE) else solve_of(solver)
+    ys, stats, result, reached, records, pieces = solve(solver, request)
+    if pieces is not None and backward:  # the pieces are in s = -t
+        pieces = DenseOutput(pieces.knots, pieces.coeffs, pieces.count, direction=-1.0)
 
     solution = Solution(ts=ts, ys=ys, stats=stats, result=result)
     if records is not None:
@@ -221,7 +270,45 @@ def simulate(
             event_count=event_count,
             reached=reached,
         )
+    solution = _with_dense(solution, pieces)
     return raise_if_failed(solution, max_steps, solver, dtype) if throw else solution
+
+
+def _check_history(model, y0, t0) -> None:
+    name = type(model).__name__
+    try:
+        out = eqx.filter_eval_shape(model.history, t0)
+    except Exception as error:
+        raise _same_kind(
+            error, f"{name}'s history failed at t0: {type(error).__name__}: {error}"
+        ) from error
+    if not _like_state(out, y0):
+        raise ValueError(
+            f"{name}'s history must return a state like y0 ({describe(y0, True)}), got "
+            f"{describe(out, True)}"
+        )
+
+
+def _like_state(out, y0) -> bool:
+    """Whether `out` (shapes and dtypes) has the structure, shapes and dtypes of `y0`."""
+    return jax.tree.structure(out) == jax.tree.structure(y0) and all(
+        (a.shape, a.dtype) == (b.shape, b.dtype)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
+    )
+
+
+def _with_dense(solution: Solution, pieces) -> Solution:
+    return eqx.tree_at(lambda s: s.dense, solution, pieces, is_leaf=lambda x: x is None)
+
+
+def _check_dense(dense, solver) -> None:
+    if not isinstance(dense, bool):
+        raise TypeError(f"dense must be True or False, got {dense!r}")
+    if dense and solver.stochastic:
+        raise NotImplementedError(
+            "dense=True: a stochastic solve has no interpolant between its steps (the "
+            "Brownian path is only drawn at them); save at the times you need through ts"
+        )
 
 
 def _check_open_end(solver, events, adjoint) -> None:
@@ -421,10 +508,7 @@ def _check_events(events, t0, y0) -> None:
         if event.reset is not None:
             probe_indices(f"{where}'s reset", event.reset, t0, y0)
             out = jax.eval_shape(event.reset, t0, y0)
-            if jax.tree.structure(out) != jax.tree.structure(y0) or any(
-                (a.shape, a.dtype) != (b.shape, b.dtype)
-                for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
-            ):
+            if not _like_state(out, y0):
                 raise ValueError(
                     f"{where}: reset(t, y) must return a state like y ({describe(y0, True)}), "
                     f"got {describe(out, True)}"
@@ -442,7 +526,7 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Soluti
         # every output carries the check, so that a caller who reads only the event times
         # (or states) still gets the error
         def outputs(s):
-            return (s.ys, s.result, s.event_time, s.event_state)
+            return (s.ys, s.result, s.event_time, s.event_state, s.dense)
 
         checked = eqx.branched_error_if(
             outputs(solution),

@@ -147,6 +147,8 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     # the exponent of the step-size controller is 1/error_order: the error estimate is the
     # local error of the lower-order solution, O(h^error_order)
     error_order: ClassVar[int]
+    # the degree in θ of `interpolate` (dense output stores degree + 1 samples a step)
+    interpolant_degree: ClassVar[int]
     stages: ClassVar[int]  # vector field evaluations per attempted step
 
     @property
@@ -184,6 +186,8 @@ class AbstractRosenbrockTableau(AbstractRosenbrock):
         if "tableau" in cls.__dict__:
             cls.tableau.check()
             cls.stages = len(cls.tableau.b)
+            # the Rodas form below: θ(1 − θ)·(a polynomial of degree rows − 1)
+            cls.interpolant_degree = max(len(cls.tableau.dense) + 1, 1)
 
     @property
     def gamma(self) -> float:
@@ -232,6 +236,7 @@ class Rosenbrock23(AbstractRosenbrock):
 
     order: ClassVar[int] = 2
     error_order: ClassVar[int] = 3
+    interpolant_degree: ClassVar[int] = 2
     stages: ClassVar[int] = 3
     gamma: ClassVar[float] = 1 / (2 + float(np.sqrt(2)))  # d of the paper
 
