@@ -99,10 +99,16 @@ class Solution(eqx.Module):
                 f"Solution.{which} needs the steps' interpolants: solve with "
                 "ds.simulate(..., dense=True)"
             )
-        t = jnp.asarray(t, self.dense.knots.dtype)
-        read = getattr(self.dense, which)
-        values = jax.vmap(read)(t.reshape(-1))
-        return jax.tree.map(lambda v: v.reshape(t.shape + v.shape[1:]), values)
+        return _read_dense(self.dense, jnp.asarray(t, self.dense.knots.dtype), which)
+
+
+# One compiled program per shape of `t`: run op by op, the first read of a new shape compiled
+# each of its few dozen primitives apart. Measured (Tsit5, 2 states, 2 cores): first read
+# 1.5-1.8 s op by op against 0.24-0.34 s compiled whole; later reads 29 ms against 0.5-1 ms.
+@eqx.filter_jit
+def _read_dense(dense, t, which: str):
+    values = jax.vmap(getattr(dense, which))(t.reshape(-1))
+    return jax.tree.map(lambda v: v.reshape(t.shape + v.shape[1:]), values)
 
 
 def simulate(
@@ -129,7 +135,8 @@ def simulate(
     - `y0`: the initial state at `ts[0]`, a pytree of arrays with the structure the model expects
       (e.g. `jnp.array([angle, angular_velocity])`). Its floating dtype sets the precision of the
       solve: the model's parameters and the times are cast to it, and `ys` keeps it.
-    - `ts`: output times, shape `(times,)`, strictly increasing, at least two; `ts[0]` is t0.
+    - `ts`: output times, shape `(times,)`, strictly increasing (or strictly decreasing, to
+      integrate backwards), at least two; `ts[0]` is t0.
     - `solver`: a diffsim solver, fixed-step (`ds.RK4()`, `ds.Leapfrog()`, …) or adaptive
       (`ds.Tsit5(rtol=..., atol=...)`; stiff: `ds.Rodas5P(...)`, `ds.Rosenbrock23(...)`,
       `ds.Kvaerno5(...)`; `ds.Diffrax(...)`). A model with a `mass_matrix` (a DAE) needs a
