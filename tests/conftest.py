@@ -19,7 +19,7 @@ if "DIFFSIM_CACHE_DIR" not in os.environ and "DIFFSIM_CACHE" not in os.environ:
 
 # Compilation is most of this suite's time. XLA:CPU's older (non-fusion) emitters compile about a
 # third faster at run times within ±10% (docs/howto/avoid-recompilation.md, "XLA options on
-# CPU"); measured on tests/test_dense.py + test_delay.py with 2 workers: 71 s -> 46 s. The
+# CPU"); measured on the full suite with 2 workers: 13 min 33 s -> 10 min 20 s. The
 # numbers a test checks do not depend on the emitter: every tolerance is a solver's or a
 # statistic's, far above rounding. Set before any computation starts the backend; the
 # caller's XLA_FLAGS are kept, and reproduce / bench in CI run with XLA's defaults.
@@ -40,10 +40,11 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # memory mappings, and one worker running half the suite reached Linux's per-process limit
 # (vm.max_map_count, 65,530), where the next compile, cache write or load died with a
 # segfault (measured: 64,971 mappings just before the crash; CI and 4 of 9 local full runs
-# crashed this way). Past 30,000 mappings, the compiled programs are dropped between tests
-# (a later test that needs one loads it from the cache folder above). Only between test files:
-# a module's fixtures may hold programs its tests expect to find compiled (test_compile.py counts
-# compilations after a warm-up), and one file adds far fewer than the 35,000 left.
+# crashed this way). So at the end of each test file, past 30,000 mappings, the compiled
+# programs are dropped (a later test that needs one loads it from the cache folder above). Not
+# between the tests of one file: its fixtures may hold programs its tests expect to find
+# compiled (test_compile.py counts compilations after a warm-up), and one file adds far fewer
+# than the 35,000 left (peak measured: 35,757).
 _MAPPINGS = "/proc/self/maps"
 _MAX_MAPPINGS = 30_000
 
@@ -55,7 +56,7 @@ def _mappings() -> int:
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    if nextitem is not None and getattr(nextitem, "module", None) is getattr(item, "module", 0):
+    if nextitem is not None and nextitem.path == item.path:
         return
     if os.path.exists(_MAPPINGS) and _mappings() > _MAX_MAPPINGS:
         jax.clear_caches()
