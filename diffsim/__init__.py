@@ -22,6 +22,7 @@ from ._events import Event as Event
 from ._fit.data import Data as Data
 from ._fit.fit import fit as fit, FitWarning as FitWarning
 from ._fit.posterior import Posterior as Posterior
+from ._fit.posterior_file import PosteriorFileError as PosteriorFileError
 from ._fit.profile import Profile as Profile, profile as profile
 from ._fit.refit import FitBatch as FitBatch, refit as refit
 from ._fit.result import FitResult as FitResult

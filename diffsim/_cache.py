@@ -4,7 +4,8 @@ A scientist's script runs once, so compilation is most of its wall time; JAX can
 programs on disk and load them in the next process instead of compiling again. diffsim turns
 that on at import, in a per-user folder (`platformdirs.user_cache_dir("diffsim")/xla`), unless:
 
-- `DIFFSIM_CACHE=off` (or `0`, `false`, `no`) is set, or `ds.config(cache=False)` is called;
+- `DIFFSIM_CACHE=off` (or `0`, `false`, `no`, `disabled`) is set, or `ds.config(cache=False)`
+  is called (a value it does not understand warns and leaves the cache off);
 - JAX's cache was configured already (`jax_compilation_cache_dir` or
   `JAX_COMPILATION_CACHE_DIR`): the user's own setting is kept as it is.
 
@@ -30,7 +31,8 @@ import jax
 
 _MAX_BYTES = 2 * 2**30
 _MIN_COMPILE_SECONDS = 0.1
-_OFF = ("0", "off", "false", "no")
+_OFF = ("0", "off", "false", "no", "disable", "disabled", "none")
+_ON = ("", "1", "on", "true", "yes", "enable", "enabled")
 
 # what diffsim set (None: not enabled by diffsim, e.g. off or left to the user's own setting)
 _state = {"dir": None, "reason": "not set up"}
@@ -106,7 +108,17 @@ def _reset_jax_cache() -> None:
 
 def setup_at_import() -> None:
     """The import-time default (see the module docstring)."""
-    if os.environ.get("DIFFSIM_CACHE", "").strip().lower() in _OFF:
+    setting = os.environ.get("DIFFSIM_CACHE", "").strip().lower()
+    if setting not in _OFF + _ON:
+        warnings.warn(
+            f"DIFFSIM_CACHE={os.environ['DIFFSIM_CACHE']!r} is not understood (use 'off' or "
+            "'on'; DIFFSIM_CACHE_DIR names the folder): diffsim's compilation cache is off",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        _state.update(reason=f"off (DIFFSIM_CACHE={os.environ['DIFFSIM_CACHE']!r} not understood)")
+        return
+    if setting in _OFF:
         _state.update(reason="off (DIFFSIM_CACHE)")
         return
     if jax.config.jax_compilation_cache_dir:
@@ -130,7 +142,25 @@ def config(*, cache: bool | None = None, cache_dir=None) -> dict:
     this process, `ds.config(cache_dir="/shared/cache")` moves it (e.g. to a folder shared by
     every job of a sweep); `ds.config()` returns the current settings. Affects compilations
     from then on. The environment variables `DIFFSIM_CACHE=off` and `DIFFSIM_CACHE_DIR` set the
-    same at import."""
+    same at import.
+
+    **Raises:** `TypeError` when `cache` is not True, False or None (a string such as "no" is
+    refused rather than read as true), or `cache_dir` is not a path; `ValueError` for
+    `cache=False` with a `cache_dir` (which of the two is meant?)."""
+    if cache is not None and not isinstance(cache, bool):
+        raise TypeError(
+            f"ds.config(cache=...) must be True, False or None, got {cache!r}; the environment "
+            "variable DIFFSIM_CACHE takes text such as 'off'"
+        )
+    if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"ds.config(cache_dir=...) must be a path, got {cache_dir!r}")
+    if cache_dir is not None and str(cache_dir).strip() == "":
+        raise ValueError("ds.config(cache_dir=...) is empty: pass a folder")
+    if cache is False and cache_dir is not None:
+        raise ValueError(
+            "ds.config(cache=False, cache_dir=...): a folder for a cache that is off; pass "
+            "one of them"
+        )
     if cache is False:
         disable()
     elif cache_dir is not None or cache:

@@ -118,9 +118,26 @@ def as_events(events) -> tuple[Event, ...]:
     return items
 
 
-def evaluate(event: Event, t, y):
-    """The condition's value as a scalar of the time's dtype (checked shape)."""
-    value = jnp.asarray(event.condition(t, y))
+class RateCondition(eqx.Module):
+    """A condition that reads the solution's rate dy/dt as well, `condition(t, y, dydt)`
+    (internal: `ds.steady_state` of a delay equation, whose dy/dt depends on the past, which
+    only the loop knows). The loops pass the rate from the field they step with."""
+
+    def __call__(self, t, y, dydt):
+        raise NotImplementedError
+
+
+def evaluate(event: Event, t, y, field=None):
+    """The condition's value as a scalar of the time's dtype (checked shape); `field(t, y)` is
+    the vector field the solve steps with (a `RateCondition` reads it)."""
+    if isinstance(event.condition, RateCondition):
+        if field is None:
+            raise NotImplementedError(
+                "a condition on dy/dt is only evaluated in diffsim's own adaptive loop"
+            )
+        value = jnp.asarray(event.condition(t, y, field(t, y)))
+    else:
+        value = jnp.asarray(event.condition(t, y))
     if value.shape != ():
         raise ValueError(
             f"an event condition must return a scalar, got shape {value.shape}; e.g. "
@@ -175,7 +192,9 @@ def restart_value(event: Event, model, t, y, time_scale):
 
 def _off_zero(event, model, t, y, time_scale, *, heading: int):
     value, rate = jax.jvp(
-        lambda s: evaluate(event, s, _flow(model, s, y, t)), (t,), (jnp.ones_like(t),)
+        lambda s: evaluate(event, s, _flow(model, s, y, t), model.vector_field),
+        (t,),
+        (jnp.ones_like(t),),
     )
     eps = jnp.finfo(value.dtype).eps
     slack = jnp.abs(rate) * 64 * eps * time_scale

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ._fit.plot import fit as _fit_figure
-from ._validate import is_count
+from ._validate import is_count, user_path
 
 STYLE = Path(__file__).parent / "style" / "diffsim.mplstyle"
 """The path of diffsim's matplotlib style file (`diffsim/style/diffsim.mplstyle`): matplotlib's
@@ -46,7 +46,7 @@ def save(
 
     **Returns:** the file names written, relative to `out_dir`.
     """
-    out = Path(out_dir)
+    out = user_path(out_dir, "out_dir")
     out.mkdir(parents=True, exist_ok=True)
     # what each backend would stamp into the file: a date, or a version that changes the bytes
     # across otherwise identical installs

@@ -93,3 +93,32 @@ def sha256(path: str | Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def module_text(module) -> str:
+    """A module (a solver, a model) as stable, readable text with its values, e.g.
+    `Tsit5(rtol=1e-06, atol=1e-06)`: equinox's repr prints array fields as their shapes
+    (`rtol=f64[]`), which loses what provenance is for. Arrays of more than 8 entries are
+    given by shape only; functions by name."""
+    import dataclasses
+
+    import numpy as np
+
+    def value(v):
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return module_text(v)
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            a = np.asarray(v)
+            if a.size > 8:
+                return f"{a.dtype}{list(a.shape)}"
+            return f"{a.item():.6g}" if a.ndim == 0 else str(np.round(a, 6).tolist())
+        if callable(v):
+            return getattr(v, "__qualname__", type(v).__name__)
+        return repr(v)
+
+    fields = (
+        ", ".join(f"{f.name}={value(getattr(module, f.name))}" for f in dataclasses.fields(module))
+        if dataclasses.is_dataclass(module)
+        else ""
+    )
+    return f"{type(module).__name__}({fields})"

@@ -47,11 +47,11 @@ _MESSAGES = {
     ),
     RESULTS.max_steps_reached: (
         "the adaptive solver reached max_steps before the last output time: raise max_steps, "
-        "loosen rtol/atol, or use a stiff solver (e.g. ds.Kvaerno5) if the problem is stiff"
+        "loosen rtol/atol, or use a stiff solver (ds.Rodas5P) if the problem is stiff"
     ),
     RESULTS.step_size_collapsed: (
         "the step size fell below dtmin: the solution may blow up (finite-time singularity) or "
-        "the problem is stiff; use a stiff solver (e.g. ds.Kvaerno5) or lower dtmin"
+        "the problem is stiff; use a stiff solver (ds.Rodas5P) or lower dtmin"
     ),
     RESULTS.nonlinear_solver_failed: (
         "the implicit solver's nonlinear (Newton) iteration failed to converge: tighten rtol/atol "

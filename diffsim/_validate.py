@@ -6,7 +6,9 @@ the compiled solve and reports through its result code.
 """
 
 import math
+import os
 from collections import OrderedDict
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -350,3 +352,17 @@ def _abstract_signature(*trees):
     except TypeError:
         return None
     return key
+
+
+def user_path(path, what: str = "path") -> Path:
+    """A path as a user gives it (str, bytes or os.PathLike): `~` expanded, so that "~/x"
+    means the home folder and never a folder named "~" in the working directory; an empty path
+    or one holding a NUL character refused (`what` names the argument in the message)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"{what} must be a path (str or os.PathLike), got {path!r}")
+    text = os.fsdecode(os.fspath(path))
+    if not text.strip():
+        raise ValueError(f"{what} is an empty path")
+    if "\x00" in text:
+        raise ValueError(f"{what} {text!r} holds a NUL character, which no file system accepts")
+    return Path(text).expanduser()

@@ -621,7 +621,94 @@ CASES = [
         ValueError,
         "axis component 5 is not an index of the 2 state components",
     ),
+    # --- the stiff solvers' model hooks (a step used to fail inside a reshape, or every step
+    # to fail as "max_steps_reached: loosen rtol/atol") ----------------------------------------
+    (
+        "jacobian of the wrong shape",
+        lambda: _with_hooks(jacobian=lambda t, y: jnp.zeros(3)),
+        ValueError,
+        r"_Hooked.jacobian\(t, y\) returns shape \(3,\), but the state \(\(2,\)\) has 2 "
+        r"components: it must return .* an \(2, 2\) array",
+    ),
+    (
+        "jacobian returning NaN",
+        lambda: _with_hooks(jacobian=lambda t, y: jnp.full((2, 2), jnp.nan)),
+        ValueError,
+        r"_Hooked.jacobian\(t, y\) returns NaN or inf at t0 = 0 and y0",
+    ),
+    (
+        "jacobian of integers",
+        lambda: _with_hooks(jacobian=lambda t, y: jnp.zeros((2, 2), jnp.int32)),
+        TypeError,
+        r"jacobian\(t, y\) must return real floats, got int32",
+    ),
+    (
+        "negative jacobian_bandwidth",
+        lambda: _with_hooks(band=(-1, 0)),
+        ValueError,
+        r"_Hooked.jacobian_bandwidth must be None or \(lower, upper\), two ints >= 0 .* "
+        r"got \(-1, 0\)",
+    ),
+    (
+        "jacobian_bandwidth of floats",
+        lambda: _with_hooks(band=(1.0, 1.0)),
+        ValueError,
+        r"jacobian_bandwidth must be None or \(lower, upper\), two ints",
+    ),
+    (
+        "jacobian_bandwidth wider than the state",
+        lambda: _with_hooks(band=(3, 0)),
+        ValueError,
+        r"jacobian_bandwidth = \(3, 0\), but ∂f/∂y of a state of 2 components has at most 1",
+    ),
+    # --- settings ----------------------------------------------------------------------------
+    (
+        "cache='no' (a truthy string)",
+        lambda: ds.config(cache="no"),
+        TypeError,
+        r"ds.config\(cache=...\) must be True, False or None, got 'no'",
+    ),
+    (
+        "cache=0",
+        lambda: ds.config(cache=0),
+        TypeError,
+        r"must be True, False or None, got 0",
+    ),
+    (
+        "cache_dir not a path",
+        lambda: ds.config(cache_dir=3),
+        TypeError,
+        r"cache_dir=...\) must be a path, got 3",
+    ),
+    (
+        "cache off with a folder",
+        lambda: ds.config(cache=False, cache_dir="somewhere"),
+        ValueError,
+        "a folder for a cache that is off",
+    ),
 ]
+
+
+class _Hooked(ds.AbstractODE):
+    """y' = −y with the stiff solvers' optional hooks set from outside."""
+
+    own_jacobian: object = None
+    band: object = None
+
+    def vector_field(self, t, y, args=None):
+        return -y
+
+    def jacobian(self, t, y):
+        return None if self.own_jacobian is None else self.own_jacobian(t, y)
+
+    @property
+    def jacobian_bandwidth(self):
+        return self.band
+
+
+def _with_hooks(jacobian=None, band=None):
+    model = _Hooked(own_jacobian=jacobian, band=band)
+    return ds.simulate(model, jnp.ones(2), jnp.array([0.0, 1.0]), solver=ds.Rodas5P())
 
 
 @pytest.mark.parametrize("call, error, message", named_cases(CASES))

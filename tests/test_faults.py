@@ -685,6 +685,149 @@ def test_the_command_line_shows_no_traceback(tmp_path):
     assert "line 3, column 'hare': '@SUM(A1)' is not a number" in run.stderr
 
 
+# --- posterior files: nothing in them trusted without a check -----------------------------------
+
+
+def _posterior(chains=2, draws=10):
+    """A posterior as ds.sample builds it (without sampling: the file is what is tested)."""
+    rng = np.random.default_rng(0)
+    shape = (chains, draws)
+    return ds.Posterior(
+        samples={"k": rng.normal(size=shape), "sigma": rng.uniform(0.1, 0.2, shape)},
+        names=("k", "sigma"),
+        sample_stats=dict(
+            diverging=np.zeros(shape, bool),
+            lp=rng.normal(size=shape),
+            acceptance_rate=np.full(shape, 0.8),
+            n_steps=np.full(shape, 7),
+            step_size=np.full(chains, 0.5),
+        ),
+        warmup_divergences=np.zeros(chains, int),
+        predictions=np.ones((chains, 5, 3, 1)),
+        replicated=np.ones((chains, 5, 3, 1)),
+        data=ds.Data(np.arange(3.0), np.ones(3)),
+        likelihood="normal",
+        t0=0.0,
+        seconds=1.0,
+        settings=ds._fit.posterior.PosteriorSettings(
+            chains=chains,
+            draws=draws,
+            warmup=0,
+            thin=2,
+            target_accept=0.8,
+            dense_mass=True,
+            priors={"k": "Normal(loc=0, scale=1)", "sigma": "HalfNormal(scale=1)"},
+            solver="Tsit5(rtol=1e-06, atol=1e-06)",
+            model="Decay",
+        ),
+    )
+
+
+def _set_attribute(name, value):
+    return lambda f: f.attrs.__setitem__(name, value)
+
+
+def _set_values(group, name, value):
+    def edit(f):
+        f[group][name][...] = value
+
+    return edit
+
+
+TAMPERED = [
+    ("truncated", None, r"cannot be read as a netCDF posterior file \(OSError"),
+    ("not netCDF", None, r"cannot be read as a netCDF posterior file"),
+    ("garbage JSON", _set_attribute("step_size", "[[1"), "its step_size attribute is not valid"),
+    ("no step size", lambda f: f.attrs.__delitem__("step_size"), "step_size attribute is missing"),
+    ("chains edited", _set_attribute("setting_chains", 3), r"draws of 'k' have shape \(2, 10\)"),
+    ("draws edited", _set_attribute("setting_draws", 4), r"not \(2, 4\)"),
+    ("chains as text", _set_attribute("setting_chains", "two"), "setting_chains .* not an integer"),
+    ("unknown setting", _set_attribute("setting_foo", 1), r"unknown \['foo'\]"),
+    ("priors a list", _set_attribute("setting_priors", "[1, 2]"), "setting_priors is not a table"),
+    ("likelihood", _set_attribute("likelihood", "banana"), "its likelihood 'banana' is none of"),
+    ("t0 as text", _set_attribute("t0", "yesterday"), "its t0 attribute is missing or not a num"),
+    ("t0 after the data", _set_attribute("t0", 5.0), "t0 = 5 is after its first data time 0"),
+    ("foreign", _set_attribute("created_by", "someone"), "not written by ds.Posterior.save"),
+    ("NaN draws", _set_values("posterior", "k", np.nan), "draws of 'k' hold NaN or inf"),
+    ("negative sigma", _set_values("posterior", "sigma", -1.0), "'sigma' are not all positive"),
+    ("inf predictions", _set_values("posterior_predictive", "mu", np.inf), "'mu' hold values"),
+    ("negative n_steps", _set_values("sample_stats", "n_steps", -5), "'n_steps' are not counts"),
+    ("acceptance > 1", _set_values("sample_stats", "acceptance_rate", 3.0), "not probabilities"),
+    ("no observed data", lambda f: f.__delitem__("observed_data"), "has no observed_data group"),
+    ("no diverging", lambda f: f["sample_stats"].__delitem__("diverging"), "no 'diverging'"),
+]
+
+
+@pytest.mark.parametrize("edit, message", named_cases(TAMPERED))
+def test_tampered_or_damaged_posterior_files_are_refused(tmp_path, request, edit, message):
+    import h5py
+
+    path = _posterior().save(tmp_path / "posterior.nc")
+    case = request.node.callspec.id
+    if case == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif case == "not netCDF":
+        path.write_text("time,value\n0,1\n")
+    else:
+        with h5py.File(path, "r+") as file:
+            edit(file)
+    with pytest.raises(ds.PosteriorFileError, match=message) as error:
+        ds.Posterior.load(path)
+    assert str(path) in str(error.value)
+
+
+def test_posterior_files_at_paths_users_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    posterior = _posterior()
+    path = posterior.save("~/runs/posterior.nc")  # used to leave a folder named "~" here too
+    assert path == tmp_path / "home" / "runs" / "posterior.nc" and path.is_file()
+    assert not (tmp_path / "~").exists()
+    loaded = ds.Posterior.load("~/runs/posterior.nc")
+    np.testing.assert_array_equal(loaded.samples["k"], posterior.samples["k"])
+    assert loaded.settings == posterior.settings
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ds.Posterior.load(tmp_path / "missing.nc")
+    with pytest.raises(ds.PosteriorFileError, match="is a folder"):
+        ds.Posterior.load(tmp_path)
+    with pytest.raises(IsADirectoryError, match="is a folder; give a file name"):
+        posterior.save(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OSError, match="could not write .*afile/x.nc .* parents must be folders"):
+        posterior.save(tmp_path / "afile" / "x.nc")
+
+
+def test_every_path_argument_expands_the_home_folder(tmp_path, monkeypatch):
+    """A "~/..." path means the home folder: plot.save, run_experiment and the demo wrote a
+    folder named "~" in the working directory instead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    figure = plt.figure()
+    ds.plot.save(figure, "~/figures", "f", formats=("png",))
+    plt.close(figure)
+    assert (tmp_path / "home" / "figures" / "f.png").is_file()
+    experiment = tmp_path / "tiny.py"
+    experiment.write_text(textwrap.dedent(TINY))
+    ds.run_experiment(experiment, "~/experiment")
+    assert (tmp_path / "home" / "experiment" / "a.json").is_file()
+    (tmp_path / "home" / "data.csv").write_text("t,x\n0,1\n1,2\n")
+    assert ds.Data.from_csv("~/data.csv").values.shape == (2, 1)
+    assert not (tmp_path / "~").exists()
+
+
+def test_the_demo_and_sweep_commands_refuse_a_file_as_their_folder(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    code, _, err = _cli("demo", "--out", tmp_path / "afile", "--quick")
+    assert code == 2 and "cannot write to --out" in err
+    code, _, err = _cli("sweep", _sweep_config(tmp_path), "--store", tmp_path / "afile")
+    assert code == 2 and "is a file, not a sweep store" in err and "--resume" not in err
+
+
 # --- interrupted runs -------------------------------------------------------------------------
 
 

@@ -106,6 +106,15 @@ def test_posterior_views_and_file_round_trip(decay_posterior, tmp_path):
     assert loaded.summary().splitlines()[2:] == post.summary().splitlines()[2:]
     with pytest.raises(ValueError, match="loaded from a file"):
         loaded.predict()
+    # the provenance keeps the solver's tolerances (equinox's repr printed rtol=f64[])
+    assert post.settings.solver.startswith("Tsit5(rtol=1e-06, atol=1e-06")
+    with pytest.raises(TypeError, match="key"):
+        post.predict(np.array([1.0, 2.0]), key=0)
+    with pytest.raises(TypeError, match=r"quantiles must be probabilities, e.g. \(0.05"):
+        post.summary(quantiles="median")
+    with pytest.raises(ValueError, match=r"quantiles must lie in \(0, 1\), got \[1.5\]"):
+        post.table(quantiles=(1.5,))
+    assert "50%" in post.summary(quantiles=0.5)  # one number is one quantile
     for kind in ("predictive", "trace", "pair"):
         figure = post.plot(kind)
         assert figure.axes
@@ -185,6 +194,11 @@ def test_lynx_hare_priors_are_checked():
         sample(good, key=None)
     with pytest.raises(ValueError, match="target_accept"):
         sample(good, target_accept=1.5)
+    with pytest.raises(TypeError, match="dense_mass must be True or False, got 'no'"):
+        sample(good, dense_mass="no")  # a truthy string turned the dense metric on
+    improper = dist.ImproperUniform(dist.constraints.positive, (), ())
+    with pytest.raises(ValueError, match=r"priors\['alpha'\] is improper \(ImproperUniform\)"):
+        sample({**good, "alpha": improper})
     negative = ds.Data(data.ts, np.where(data.values > 50, -1.0, data.values))
     with pytest.raises(ValueError, match="positive data"):
         ds.sample(guess, y0, negative, priors=good, **options)
@@ -222,6 +236,19 @@ def _synthetic(positions, diverging):
             model="Synthetic",
         ),
     )
+
+
+def test_a_chain_whose_step_size_collapsed_is_named():
+    # a warm-up too short to adapt one chain: its step size ~1e-10 and its draws frozen; the
+    # summary said "divergences [0, 0]" and only gave the generic R-hat and ESS notes
+    rng = np.random.default_rng(1)
+    positions = rng.normal(size=(2, 200))
+    positions[1] = 0.3 + 1e-12 * rng.normal(size=200)
+    posterior = _synthetic(positions, np.zeros((2, 200), bool))
+    posterior.sample_stats["step_size"][1] = 1.5e-10
+    notes = posterior.warnings
+    assert any("chains [1] did not move (step size [1.5e-10]" in n for n in notes), notes
+    assert "1.5e-10" in posterior.summary().splitlines()[1]  # not rounded to 0.0
 
 
 def test_divergences_and_unmixed_chains_are_reported():

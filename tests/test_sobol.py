@@ -80,10 +80,23 @@ def test_bad_input_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="needs finite low < high"):
         ds.sobol(_ishigami_model, {**BOX, "x3": (1.0, 1.0)}, y0, ts, **OPTIONS)
     options = {**OPTIONS, "reduce": lambda s: s.ys[-1]}
-    with pytest.raises(ValueError, match="one number per simulation"):
+    # too few base points for the indices to mean much (N = 2 gave S2 > ST2 and an ST1
+    # interval that missed the true value): a warning before anything runs
+    with (
+        pytest.raises(ValueError, match="one number per simulation"),
+        pytest.warns(UserWarning, match="base_samples = 8 is too few"),
+    ):
         ds.sobol(_ishigami_model, BOX, y0, ts, **options, base_samples=8)
     with pytest.raises(ValueError, match="base_samples must be an int >= 2"):
         ds.sobol(_ishigami_model, BOX, y0, ts, **OPTIONS, base_samples=1)
+    # a string range was read character by character: "01" as (0, 1)
+    with pytest.raises(ValueError, match=r"ranges\['x1'\] must be a pair .* got '01'"):
+        ds.sobol(_ishigami_model, {**BOX, "x1": "01"}, y0, ts, **OPTIONS)
+    # a bad seed failed inside NumPy after every simulation had run
+    for method in (ds.sobol, ds.morris):
+        for seed in ("x", None, -1):
+            with pytest.raises(TypeError, match=f"seed must be an int >= 0, got {seed!r}"):
+                method(_ishigami_model, BOX, y0, ts, **OPTIONS, seed=seed)
 
 
 def test_failed_simulations_are_not_dropped():

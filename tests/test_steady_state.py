@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import diffsim as ds
+import models
 
 A = jnp.array([[-2.0, 1.0], [0.5, -3.0]])
 B = jnp.array([1.0, 2.0])
@@ -60,12 +61,51 @@ def test_a_conserved_total_fixes_the_equilibrium_by_y0():
         jnp.array([1.0, 2.0]),
     )
     y0 = jnp.array([3.0, 0.0])
-    # Newton has no step on a singular J: the state is the simulation's at rest (rtol 1e-8 on
-    # the vector field, the time scale 1/3), so ~1e-8 off; 1e-7 leaves a margin
-    np.testing.assert_allclose(ds.steady_state(model, y0).y, [2.0, 1.0], rtol=1e-7)
+    # Newton polishes with the totals held (f(y) + UUᵀ(y − y_rest) = 0, regular where J is
+    # not): exact but for round-off, by either method (Newton from y0 keeps y0's totals)
+    for method in ("simulate", "newton"):
+        state = ds.steady_state(model, y0, method=method)
+        np.testing.assert_allclose(state.y, [2.0, 1.0], rtol=1e-12)
     jacobian = jax.jacfwd(lambda y0: ds.steady_state(model, y0).y)(y0)
-    # the rule's J is taken at that state: its ~1e-8 error, amplified by the solve with J + UUᵀ
-    np.testing.assert_allclose(jacobian, [[2 / 3, 2 / 3], [1 / 3, 1 / 3]], rtol=1e-6)
+    np.testing.assert_allclose(jacobian, [[2 / 3, 2 / 3], [1 / 3, 1 / 3]], rtol=1e-12)
+
+
+def test_a_delay_equation_rests_where_its_field_with_the_present_state_vanishes():
+    """y' = −2y + y(t − 1) + c with the history 0.5: at rest y(t − 1) = y, so y* = c whatever
+    the lag and the history, and dy*/dc = 1. Newton used to solve the field with the history
+    frozen (y = (0.5 + c)/2, reported as success), and the trajectory never came to rest by
+    that field (max_steps_reached)."""
+
+    def rest(c, method):
+        model = ds.DDE(
+            lambda t, y, yd, p: -2 * y + yd[0] + p, c, delays=(1.0,), history=jnp.array([0.5])
+        )
+        return ds.steady_state(model, jnp.array([0.5]), method=method)
+
+    for method in ("newton", "simulate"):
+        state = rest(1.0, method)
+        np.testing.assert_allclose(state.y, [1.0], rtol=1e-12)
+        np.testing.assert_allclose(jax.grad(lambda c: rest(c, method).y[0])(1.0), 1.0, rtol=1e-9)
+    # y' = −y(t − 1) from 1 decays to 0 through oscillations: its rate vanishes at t = 2 (a
+    # turning point) and f(y, y) = −y at t = 1 (a zero crossing); rest needs both at once
+    decaying = ds.DDE(lambda t, y, yd, p: -yd[0], None, delays=(1.0,), history=jnp.array([1.0]))
+    state = ds.steady_state(decaying, jnp.array([1.0]))
+    np.testing.assert_allclose(state.y, [0.0], atol=1e-10)
+    assert float(state.time) > 20
+    # Mackey–Glass on its chaotic attractor passes through its equilibrium but never rests
+    chaotic = ds.steady_state(models.MackeyGlass(), jnp.array([0.5]), max_time=300.0, throw=False)
+    assert int(chaotic.result) == ds.RESULTS.no_steady_state
+
+
+def test_an_explicit_solver_brings_the_state_near_rest_and_newton_finishes():
+    """Tsit5's steps sit at its stability limit as y' = 1 − y settles, with an error of its
+    own tolerance (rtol 1e-6) that never fell to steady_state's 1e-8: it ran to max_steps and
+    returned NaN with the advice to use a stiff solver. Rest is now judged at the solver's
+    tolerance, and Newton polishes to steady_state's."""
+    model = ds.ODE(lambda t, y, p: 1.0 - y, None)
+    state = ds.steady_state(model, jnp.array([0.0]), solver=ds.Tsit5())
+    np.testing.assert_allclose(state.y, [1.0], rtol=1e-12)
+    assert 5 < float(state.time) < 30  # e^-t below 1e-6 after t ≈ 14
 
 
 def test_no_equilibrium_is_an_error_that_says_so():

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from .. import _provenance
+from .._validate import user_path
 from .reproduce import discover
 
 REPORT = "BENCHMARKS.md"
@@ -89,7 +90,7 @@ def bench(
         chosen = list(dict.fromkeys(names))
     else:
         chosen = list(available)
-    out = Path(out)
+    out = user_path(out, "out")
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     outcomes = []

@@ -9,7 +9,15 @@ import time
 def _demo(args) -> int:
     from .demo import run
 
-    run(args.out, quick=args.quick)
+    try:
+        run(args.out, quick=args.quick)
+    except OSError as error:  # --out is a file, or a folder that cannot be written
+        print(
+            f"diffsim demo: cannot write to --out {args.out!r} ({error.strerror or error}): "
+            "choose a folder you can write to",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
@@ -60,6 +68,13 @@ def _sweep(args) -> int:
     except (TypeError, ValueError) as error:
         print(
             f"diffsim sweep: {'--store' if args.store is not None else 'store'}: {error}",
+            file=sys.stderr,
+        )
+        return 2
+    if os.path.exists(store) and not os.path.isdir(store):
+        print(
+            f"diffsim sweep: the store {store!r} is a file, not a sweep store (a zarr folder): "
+            "choose another --store",
             file=sys.stderr,
         )
         return 2

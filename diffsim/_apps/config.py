@@ -2,6 +2,8 @@
 
 import tomllib
 
+from .._validate import user_path
+
 
 class ConfigError(ValueError):
     """A TOML config does not describe a valid run."""
@@ -9,6 +11,7 @@ class ConfigError(ValueError):
 
 def load_toml(path: str, what: str, known: set, error=ConfigError) -> dict:
     """Read a TOML file and refuse keys outside `known`."""
+    path = str(user_path(path, f"the {what} config"))
     try:
         with open(path, "rb") as file:
             text = file.read().decode("utf-8")

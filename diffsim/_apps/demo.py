@@ -16,6 +16,7 @@ import numpy as np
 from .._integrate.simulate import simulate
 from .._solver import RK4, Tsit5
 from .._sweep.sweep import sweep
+from .._validate import user_path
 
 
 def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
@@ -27,7 +28,7 @@ def run(out_dir: str | Path = "out", quick: bool = False) -> dict:
 
     from .config import model_class
 
-    out = Path(out_dir)
+    out = user_path(out_dir, "out_dir")
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     ts = jnp.linspace(0.0, 10.0, 201)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from .. import _provenance
+from .._validate import user_path
 
 MANIFEST = "manifest.json"
 LOG = "log.txt"
@@ -41,7 +42,7 @@ class ExperimentError(RuntimeError):
 
 def load(path: str | Path):
     """Import an experiment module from its file (experiment folders are not packages)."""
-    path = Path(path)
+    path = user_path(path, "path")
     if not path.is_file():
         raise ExperimentError(f"no experiment file {str(path)!r}")
     spec = importlib.util.spec_from_file_location(f"experiment_{path.stem}", path)
@@ -90,8 +91,8 @@ def run_experiment(path: str | Path, out_dir: str | Path, *, quick: bool = False
 
     from .._plot import style
 
-    path = Path(path)
-    out = Path(out_dir)
+    path = user_path(path, "path")
+    out = user_path(out_dir, "out_dir")
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")

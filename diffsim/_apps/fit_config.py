@@ -123,7 +123,9 @@ def load(path: str) -> dict:
                 f"open side), got {spec!r}"
             )
     # the data file is named relative to the config file
-    data = os.path.join(os.path.dirname(os.path.abspath(path)), config["data"])
+    data = os.path.join(
+        os.path.dirname(os.path.abspath(path)), os.path.expanduser(str(config["data"]))
+    )
     if not os.path.isfile(data):
         what = "is a folder" if os.path.isdir(data) else "does not exist"
         raise FitConfigError(

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from .. import _provenance
-from .._validate import check_can_write
+from .._validate import check_can_write, user_path
 from .experiment import kind, LOG, MANIFEST
 
 
@@ -52,7 +52,7 @@ class Outcome:
 def discover(folder: str | Path, what: str = "experiments") -> dict[str, Path]:
     """Module name → file: every `*.py` in `folder` not starting with `_` (the experiments of
     `diffsim reproduce`, or with `what="benchmarks"` those of `diffsim bench`)."""
-    folder = Path(folder)
+    folder = user_path(folder, f"--{what}")
     if folder.is_file():
         raise ValueError(
             f"--{what} takes a folder of modules, but {str(folder)!r} is a file: pass its "
@@ -142,8 +142,10 @@ def reproduce(
         modes[name] = mode
     if out is None:
         out = tempfile.mkdtemp(prefix="diffsim-check-") if check is not None else "out"
-    out = Path(out)
-    if check is not None and out.resolve() == Path(check).resolve():
+    out = user_path(out, "out")
+    if check is not None:
+        check = user_path(check, "check")
+    if check is not None and out.resolve() == check.resolve():
         raise ValueError("--out must differ from the folder checked against")
     _prepare_out(out, [name for name in chosen if name not in skipped])
 

@@ -8,6 +8,8 @@ import warnings
 
 import numpy as np
 
+from .._validate import user_path
+
 
 class FitWarning(UserWarning):
     """A fit finished, but something about it needs attention (convergence, identifiability),
@@ -117,7 +119,7 @@ class Data:
         missing by accident. Lines starting with `#` are comments; a UTF-8 byte order mark is
         ignored. `options` (`noise`, `weights`) are passed to `ds.Data`.
         """
-        path = os.fspath(path)
+        path = str(user_path(path, "Data.from_csv(path)"))
         header, rows = _read_csv(path)
         table = _parse_cells(path, header, rows, set(na_values))
         return cls._from_columns(table, path, time, columns, options)

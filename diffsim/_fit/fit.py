@@ -249,6 +249,12 @@ def _check_start(stage: _Stage, problem: Problem, plan: _Plan) -> None:
         detail = ""
         if problem.log_loss:
             detail = " (with loss='log', the model's observables must stay positive)"
+        if problem.pre_equilibrate is not False:
+            detail += (
+                " (with pre_equilibrate, the simulation starts from the model's steady state: "
+                "a model that has none reachable from y0, or none that Newton can polish, fails "
+                "here; ds.steady_state(model, y0) says which)"
+            )
         where = "guess"
         if plan.points > plan.trials:
             where = f"guess and at the {plan.points - 1} screened points around it"

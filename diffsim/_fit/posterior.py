@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from .._provenance import package_versions
+from .._validate import user_path
+from . import posterior_file
 from .data import Data
 from .libraries import arviz, third_party_promotion
 
@@ -91,6 +93,7 @@ class Posterior:
         its `print_summary`)."""
         from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
+        quantiles = _checked_quantiles(quantiles)
         rows = {}
         for _, label, x in self._entries():
             ess = float(effective_sample_size(x)) if self.draws > 1 else float("nan")
@@ -127,6 +130,17 @@ class Posterior:
 
     def _notes(self, table: dict) -> tuple[str, ...]:
         notes = []
+        stuck = self._stuck_chains()
+        if stuck:
+            steps = np.asarray(self.sample_stats["step_size"])
+            small = [float(f"{steps[i]:.3g}") for i in stuck]
+            notes.append(
+                f"chains {stuck} did not move (step size {small} against "
+                f"{float(f'{np.max(steps):.3g}')} at most; their draws barely change): "
+                f"the warm-up ({self.settings.warmup} iterations) did not adapt them. Raise "
+                "warmup (Stan's default is 1000; below ~150 the adaptation windows are too "
+                "short), and check that the model can be simulated over the priors' range"
+            )
         divergences = self.divergences
         if divergences.sum() > 0:
             notes.append(
@@ -149,15 +163,28 @@ class Posterior:
             )
         return tuple(notes)
 
+    def _stuck_chains(self) -> list[int]:
+        """Chains whose adapted step size collapsed (below 1e-3 of the largest chain's, or
+        below 1e-8 on its own) or whose draws never change."""
+        steps = np.asarray(self.sample_stats["step_size"], float)
+        stuck = set(np.nonzero((steps < 1e-3 * np.max(steps)) | (steps < 1e-8))[0].tolist())
+        for _, _, x in self._entries():
+            stuck |= (
+                set(np.nonzero(np.ptp(x, axis=1) == 0)[0].tolist()) if self.draws > 1 else set()
+            )
+        return sorted(stuck)
+
     def summary(self, quantiles=(0.05, 0.5, 0.95)) -> str:
         """A text table of `table()` with the sampler's settings and warnings."""
+        quantiles = _checked_quantiles(quantiles)
         s = self.settings
         lines = [
             f"posterior of {s.model}: NUTS, {self.chains} chains × {self.draws} draws "
             f"(warm-up {s.warmup}), {self.likelihood} likelihood, {self.seconds:.1f} s"
             + "".join(f"; {k} {v:.1f} s" for k, v in self.timings.items()),
             f"divergences {self.divergences.tolist()}; step size "
-            f"{np.round(np.asarray(self.sample_stats['step_size']), 4).tolist()}; mean leapfrog "
+            f"{[float(f'{h:.3g}') for h in np.asarray(self.sample_stats['step_size'])]}; mean "
+            "leapfrog "
             f"steps {float(np.mean(self.sample_stats['n_steps'])):.1f}",
         ]
         table = self.table(quantiles)
@@ -228,48 +255,32 @@ class Posterior:
         """Write the posterior (with its provenance) to a netCDF file; returns the path.
         `ds.Posterior.load(path)` reads it back (without the model: `predict` then needs the
         original posterior)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.to_arviz().to_netcdf(str(path))
+        path = user_path(path, "Posterior.save(path)")
+        if path.is_dir():
+            raise IsADirectoryError(
+                f"Posterior.save: {path} is a folder; give a file name, e.g. "
+                f"{path / 'posterior.nc'}"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.to_arviz().to_netcdf(str(path))
+        except OSError as error:
+            cause = getattr(error, "strerror", None) or error
+            raise OSError(
+                f"Posterior.save could not write {path} ({type(error).__name__}: {cause}): "
+                "choose a folder you can write to (its parents must be folders, not files)"
+            ) from None
         return path
 
     @classmethod
     def load(cls, path) -> "Posterior":
-        """A posterior saved by `save`: the draws, statistics, data and settings."""
-        idata = arviz().from_netcdf(str(path))
-        attrs = dict(idata.attrs)
-        if attrs.get("created_by") != "diffsim.sample":
-            raise ValueError(f"{path} was not written by ds.Posterior.save")
-        names = tuple(idata.posterior.data_vars)
-        samples = {n: idata.posterior[n].values for n in names}
-        stats = {n: idata.sample_stats[n].values for n in idata.sample_stats.data_vars}
-        stats["step_size"] = np.asarray(json.loads(attrs["step_size"]))
-        observed = idata.observed_data["y"]
-        data = Data(
-            observed["time"].values,
-            observed.values,
-            names=tuple(str(v) for v in observed["observable"].values),
-        )
-        settings = {k[len("setting_") :]: v for k, v in attrs.items() if k.startswith("setting_")}
-        settings["priors"] = json.loads(settings["priors"])
-        settings["dense_mass"] = bool(settings["dense_mass"])
-        for k in ("chains", "draws", "warmup", "thin"):
-            settings[k] = int(settings[k])
-        predictive = getattr(idata, "posterior_predictive", None)
-        return cls(
-            samples=samples,
-            names=names,
-            sample_stats=stats,
-            warmup_divergences=np.asarray(json.loads(attrs["warmup_divergences"])),
-            predictions=None if predictive is None else predictive["mu"].values,
-            replicated=None if predictive is None else predictive["y"].values,
-            data=data,
-            likelihood=str(attrs["likelihood"]),
-            t0=float(attrs["t0"]),
-            seconds=float(attrs["seconds"]),
-            timings=json.loads(attrs.get("timings", "{}")),
-            settings=PosteriorSettings(**settings),
-        )
+        """A posterior saved by `save`: the draws, statistics, data and settings.
+
+        **Raises:** `FileNotFoundError` when there is no file at `path`;
+        `ds.PosteriorFileError` when the file is not one `save` wrote, or is damaged (truncated,
+        edited, or inconsistent with itself): every part of it is checked against the others
+        before it is used."""
+        return cls(**posterior_file.read(path, PosteriorSettings))
 
     # --- predictions and figures ----------------------------------------------------------------
 
@@ -285,7 +296,7 @@ class Posterior:
         import jax.numpy as jnp
         import xarray as xr
 
-        from .._validate import check_static_count
+        from .._validate import check_key, check_real, check_static_count
         from . import likelihood as lik
         from .evaluate import fine_times
 
@@ -295,8 +306,10 @@ class Posterior:
                 "posterior ds.sample returned"
             )
         check_static_count("draws", draws)
-        if not 0 < level < 1:
+        if not 0 < check_real("level", level) < 1:
             raise ValueError(f"level must be in (0, 1), got {level}")
+        if key is not None:
+            check_key("key", key)
         density = self._density
         problem = density.problem
         if ts is None:
@@ -349,6 +362,22 @@ class Posterior:
         from .plot import posterior_figure
 
         return posterior_figure(self, kind, **kwargs)
+
+
+def _checked_quantiles(quantiles) -> tuple[float, ...]:
+    """`quantiles` as a tuple of probabilities in (0, 1) (a single number is one quantile)."""
+    if isinstance(quantiles, (int, float, np.number)) and not isinstance(quantiles, bool):
+        quantiles = (quantiles,)
+    try:
+        values = tuple(float(q) for q in quantiles)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"quantiles must be probabilities, e.g. (0.05, 0.5, 0.95), got {quantiles!r}"
+        ) from None
+    bad = [q for q in values if not 0 < q < 1]
+    if bad:
+        raise ValueError(f"quantiles must lie in (0, 1), got {bad}")
+    return values
 
 
 def _predictive(density, theta, key, draw):

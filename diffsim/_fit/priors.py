@@ -106,9 +106,17 @@ def check_supports(blocks, distributions, lower: np.ndarray, upper: np.ndarray) 
     """Each prior must be continuous, keep its draws inside the unknown's own domain (a
     positive rate cannot take a prior that puts mass on negative values), and map to
     unconstrained coordinates of the same size."""
+    import numpyro.distributions as dist
     from numpyro.distributions.transforms import biject_to
 
     for block, prior in zip(blocks, distributions):
+        if isinstance(prior, dist.ImproperUniform):
+            raise ValueError(
+                f"priors[{block.name!r}] is improper ({type(prior).__name__}): the chains start "
+                "from draws of the priors, and an improper one has none; give a proper "
+                "distribution (a wide one if you mean 'uninformative', e.g. LogNormal(0, 3) for "
+                "a positive unknown)"
+            )
         support = prior.support
         if support.is_discrete:
             raise ValueError(

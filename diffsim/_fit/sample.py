@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model import AbstractODE
+from .._provenance import module_text
 from .._solver.adaptive import Tsit5
 from .._solver.base import AbstractSolver
 from .._validate import check_key, check_real, check_static_count
@@ -117,6 +118,8 @@ def sample(
     warmup = check_static_count("warmup", warmup, minimum=0)
     if not 0 < check_real("target_accept", target_accept) < 1:
         raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
+    if not isinstance(dense_mass, (bool, np.bool_)):
+        raise TypeError(f"dense_mass must be True or False, got {dense_mass!r}")
     parsed = as_data(data, None, None)
     values = parsed.values.reshape(len(parsed.ts), -1)
     extra_name = lik.check_family(likelihood, values)
@@ -234,7 +237,7 @@ def sample(
             target_accept=float(target_accept),
             dense_mass=bool(dense_mass),
             priors={b.name: prior_tools.describe(d) for b, d in zip(blocks, distributions)},
-            solver=repr(solver),
+            solver=module_text(solver),
             model=type(model).__name__,
         ),
         _density=density,

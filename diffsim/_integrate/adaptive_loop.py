@@ -145,11 +145,11 @@ def run(
     def step(state: _State) -> _State:
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
         h = t_next - t
-        now = (
-            stepper.with_history(_history_view(state.pieces, y0, state.accepted))
-            if delayed
-            else stepper
-        )
+        if delayed:  # the model as this step sees it: its past read from the buffers
+            present = stepper.present(_history_view(state.pieces, y0, state.accepted))
+            now = stepper.with_history(present)
+        else:
+            present, now = model, stepper
         attempt = now.attempt(t, h, y, state.carry)
         ratio = error_ratio(y, attempt.y1, attempt.error, controls)
         keep, dt, code = next_step(t, t_next, ratio, stepper.error_order, controls, code)
@@ -162,7 +162,9 @@ def run(
             y_new, carry_new = select(keep, (attempt.y1, attempt.carry), (y, state.carry))
             extra = {}
         else:
-            found = _event_in_step(table, model, now, t, h, attempt, state, keep, code, time_scale)
+            found = _event_in_step(
+                table, present, now, t, h, attempt, state, keep, code, time_scale
+            )
             code = found.code
             saved, ys = save_dense(
                 ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate
@@ -317,10 +319,11 @@ def _event_in_step(
 ):
     """The event logic of the attempted step from t to t + h: whether the accepted step
     crossed an event's condition, the earliest crossing located on the method's dense output,
-    its record and reset."""
+    its record and reset. `model` is the model as the step sees it (a delay equation's reads
+    its past)."""
     events = table.events
     t_next, y1 = t + h, attempt.y1
-    g1 = tuple(evaluate(e, t_next, y1) for e in events)
+    g1 = tuple(evaluate(e, t_next, y1, model.vector_field) for e in events)
     counts = state.records.counts
     watched = table.watched(counts)
     live = ~state.done & keep
@@ -331,7 +334,14 @@ def _event_in_step(
 
     def event():
         which, t_ev, y_ev = locate(
-            events, t, h, lambda theta: attempt.evaluate(t + theta * h), state.g, g1, hits
+            events,
+            t,
+            h,
+            lambda theta: attempt.evaluate(t + theta * h),
+            state.g,
+            g1,
+            hits,
+            model.vector_field,
         )
         over = table.over_limit(any_hit, which, counts)
         y_after = table.after(which, ~over, t_ev, y_ev)

@@ -70,7 +70,7 @@ def check_mass_matrix(model, y0, solver) -> None:
             )
 
 
-def _null_directions(mass):
+def null_directions(mass):
     """(U, V, mask): the singular vectors of M and the mask of its null directions (singular
     values below NumPy's `matrix_rank` tolerance)."""
     u, s, vt = jnp.linalg.svd(mass)
@@ -82,7 +82,7 @@ def _newton_correction(model, t0, y0_flat, unravel, mass):
     """The first Newton step δ of the algebraic equations from y0 (y0 − δ is closer to
     consistent; δ = 0 when y0 is consistent); NaN when the algebraic equations do not determine
     the algebraic components (index above 1)."""
-    u, v, mask = _null_directions(mass)
+    u, v, mask = null_directions(mass)
 
     def f(y):
         return ravel_pytree(model.vector_field(t0, unravel(y)))[0]
@@ -192,7 +192,7 @@ def consistent_initial_state(
 def _consistent(model, y0, t0, tolerance):
     y0_flat, unravel = ravel_pytree(y0)
     mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)
-    u, v, mask = _null_directions(mass)
+    u, v, mask = null_directions(mass)
 
     def equations(z, _):
         y = y0_flat + v @ jnp.where(mask, z, 0)

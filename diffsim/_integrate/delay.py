@@ -196,9 +196,14 @@ class _DelayStepper:
         times = jnp.sort((t0 + orders[:, None] * lags[None, :]).reshape(-1))
         return jnp.concatenate([times, infinity])
 
-    def with_history(self, past) -> "object":
-        """The stepper of the next step, its vector field reading `past` (the steps so far)."""
-        return self.inner.stepper(_Present(self.model, past, self.y0), self.y0)
+    def present(self, past) -> "_Present":
+        """The model as the next step sees it: its delayed states read from `past` (the steps
+        so far)."""
+        return _Present(self.model, past, self.y0)
+
+    def with_history(self, present: "_Present"):
+        """The stepper of the next step, on the model as it sees it (`present`)."""
+        return self.inner.stepper(present, self.y0)
 
 
 class _Present:
@@ -219,9 +224,13 @@ class _Present:
         delayed = []
         for lag in self.model.delays():
             s = t - lag
-            before = self.model.history(jnp.minimum(s, t0))
-            # clamped into the stored span: a step never reads beyond it but for round-off
-            stored = past.read(jnp.clip(s, t0, past.knots[past.count]))
+            # Clamped by `where`, not `jnp.clip`/`jnp.minimum`: at a tie (s = t0, the first
+            # step after a breakpoint) those split the derivative in t between the two sides,
+            # halving ∂f/∂t, which the Rosenbrock stages use (Rosenbrock23's interpolant was
+            # off by O(1) there). A step never reads beyond the stored span but for round-off.
+            before = self.model.history(jnp.where(s < t0, s, t0))
+            end = past.knots[past.count]
+            stored = past.read(jnp.where(s < t0, t0, jnp.where(s > end, end, s)))
             stored = jax.tree.map(lambda a, b: jnp.where(past.count > 0, a, b), stored, self.y0)
             delayed.append(jax.tree.map(lambda a, b: jnp.where(s < t0, b, a), stored, before))
         return self.model.delayed_field(t, y, tuple(delayed))

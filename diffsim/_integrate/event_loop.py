@@ -106,7 +106,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
         target, interval, is_output = grid_time(c.j + 1)
         h = target - c.t
         y1, state1 = solver.advance(model, c.t, c.y, h, c.solver_state, None)
-        g1 = tuple(evaluate(e, target, y1) for e in events)
+        g1 = tuple(evaluate(e, target, y1, model.vector_field) for e in events)
         counts_now = c.records.counts
         watched = table.watched(counts_now)
         hits = [(h > 0) & crossed(e, c.g[i], g1[i]) & watched[i] for i, e in enumerate(events)]
@@ -206,18 +206,19 @@ def _locate(model, events, t, y, h, y1, g0, g1, hits):
     def state(theta):
         return _hermite(theta, h, y, f0, y1, f1)
 
-    return locate(events, t, h, state, g0, g1, hits)
+    return locate(events, t, h, state, g0, g1, hits, model.vector_field)
 
 
-def locate(events, t, h, state, g0, g1, hits):
+def locate(events, t, h, state, g0, g1, hits, field=None):
     """The earliest event in the step [t, t + h] (ties: the first in `events` order) as
     (index, time, state there), on the step's interpolant `state(theta)`, theta in [0, 1]:
-    Illinois bracketing to round-off, then Newton steps that carry the derivatives."""
+    Illinois bracketing to round-off, then Newton steps that carry the derivatives. `field`:
+    the vector field stepped (for conditions on dy/dt)."""
     thetas = []
     for i, event in enumerate(events):
 
         def g(theta, event=event):
-            return evaluate(event, t + theta * h, state(theta))
+            return evaluate(event, t + theta * h, state(theta), field)
 
         theta = lax.stop_gradient(_illinois(g, g0[i], g1[i]))
         for _ in range(_NEWTON_POLISH):

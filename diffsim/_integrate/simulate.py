@@ -9,7 +9,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
-from .._events import as_events, evaluate, Event, Records
+from .._events import as_events, evaluate, Event, RateCondition, Records
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
@@ -30,6 +30,7 @@ from .dae import check_consistent_start, check_mass_matrix
 from .delay import solve_dde
 from .dense import constant_piece, DenseOutput
 from .families import solve_of, SolveRequest
+from .hooks import check_history_values, check_jacobian_hooks, failure_notes
 from .reverse import check_reversible, forward_times, Reversed, reversed_event
 from .time_grid import check_ts, is_empty_span, open_end, runs_backward
 
@@ -85,7 +86,10 @@ class Solution(eqx.Module):
         `t`: a scalar or an array of times; each leaf of the result has shape
         `t.shape + state shape`. NaN outside the span (and after a terminal event). At an
         event with a reset, the state after it. Differentiable with respect to `t` and,
-        through the solve, to parameters and `y0`."""
+        through the solve, to parameters and `y0`.
+
+        A solution returned from `jax.vmap` (a batch of solves) answers for every member at
+        the same times: each leaf has shape `batch shape + t.shape + state shape`."""
         return self._at(t, "evaluate")
 
     def derivative(self, t) -> PyTree[Array]:
@@ -99,7 +103,10 @@ class Solution(eqx.Module):
                 f"Solution.{which} needs the steps' interpolants: solve with "
                 "ds.simulate(..., dense=True)"
             )
-        return _read_dense(self.dense, jnp.asarray(t, self.dense.knots.dtype), which)
+        t = jnp.asarray(t, self.dense.knots.dtype)
+        if not jnp.issubdtype(t.dtype, jnp.floating):
+            raise TypeError(f"Solution.{which}(t): t must be real times, got {t.dtype}")
+        return _read_dense(self.dense, t, which)
 
 
 # One compiled program per shape of `t`: run op by op, the first read of a new shape compiled
@@ -107,8 +114,14 @@ class Solution(eqx.Module):
 # 1.5-1.8 s op by op against 0.24-0.34 s compiled whole; later reads 29 ms against 0.5-1 ms.
 @eqx.filter_jit
 def _read_dense(dense, t, which: str):
-    values = jax.vmap(getattr(dense, which))(t.reshape(-1))
-    return jax.tree.map(lambda v: v.reshape(t.shape + v.shape[1:]), values)
+    def one(dense):
+        values = jax.vmap(getattr(dense, which))(t.reshape(-1))
+        return jax.tree.map(lambda v: v.reshape(t.shape + v.shape[1:]), values)
+
+    # a solution returned from jax.vmap carries its batch axes in front of every array
+    for _ in range(dense.knots.ndim - 1):
+        one = jax.vmap(one)
+    return one(dense)
 
 
 def simulate(
@@ -218,18 +231,20 @@ def simulate(
     t0 = times[0] if is_traced(ts) else to_device(np.asarray(host_ts)[0], dtype)
     if isinstance(model, AbstractDDE):  # before the state check, which calls the history
         _check_history(model, y0, t0)
+        check_history_values(model, t0)
     once(_check_state, model, y0, t0)
     model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
     _check_dense(dense, solver)
-    event_list = None if events is None else _prepared_events(events, solver, t0, y0)
+    event_list = None if events is None else _prepared_events(events, solver, model, t0, y0)
     if open_end(host_ts):
         _check_open_end(solver, event_list, adjoint)
     if is_empty_span(host_ts):
         solution = _without_steps(ts, y0, event_list, isinstance(events, Event), dtype)
         return _with_dense(solution, constant_piece(y0, times[0])) if dense else solution
     backward = runs_backward(host_ts)
+    original = model  # before the backward solve's change of variable
     if isinstance(model, AbstractDDE) and backward:
         raise ValueError("a delay equation integrates forward from its history: ts must increase")
     if backward:  # solved forward in s = -t (see reverse.py)
@@ -239,6 +254,7 @@ def simulate(
             event_list = tuple(reversed_event(event) for event in event_list)
     once(solver.check_model, model, t0, y0)
     check_mass_matrix(model, y0, solver)
+    check_jacobian_hooks(model, t0, y0)
     check_consistent_start(model, t0, y0, solver)
     request = SolveRequest(
         model=model,
@@ -278,7 +294,9 @@ def simulate(
             reached=reached,
         )
     solution = _with_dense(solution, pieces)
-    return raise_if_failed(solution, max_steps, solver, dtype) if throw else solution
+    if not throw:
+        return solution
+    return raise_if_failed(solution, max_steps, solver, dtype, (original, times[0], y0))
 
 
 def _check_history(model, y0, t0) -> None:
@@ -391,7 +409,7 @@ def _check_noise(model, solver, key) -> None:
         )
 
 
-def _prepared_events(events, solver, t0, y0) -> tuple:
+def _prepared_events(events, solver, model, t0, y0) -> tuple:
     """The events as a checked tuple, their arrays (a restitution, a level) in the state's
     precision."""
     event_list = as_events(events)
@@ -404,7 +422,7 @@ def _prepared_events(events, solver, t0, y0) -> tuple:
             else f"{type(solver).__name__} does not support events"
         )
     event_list = _cast_floats(event_list, t0.dtype)
-    once(_check_events, event_list, t0, y0)
+    once(_check_events, event_list, model, t0, y0)
     return tuple(_lift_event(event, t0, y0) for event in event_list)
 
 
@@ -504,14 +522,15 @@ def _same_kind(error: Exception, message: str) -> Exception:
         return ValueError(message)
 
 
-def _check_events(events, t0, y0) -> None:
+def _check_events(events, model, t0, y0) -> None:
     for i, event in enumerate(events):
         where = f"events[{i}]" if len(events) > 1 else "the event"
         try:
-            jax.eval_shape(lambda t, y: evaluate(event, t, y), t0, y0)
+            jax.eval_shape(lambda t, y: evaluate(event, t, y, model.vector_field), t0, y0)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{where}: {error}") from None
-        probe_indices(f"{where}'s condition", event.condition, t0, y0)
+        if not isinstance(event.condition, RateCondition):
+            probe_indices(f"{where}'s condition", event.condition, t0, y0)
         if event.reset is not None:
             probe_indices(f"{where}'s reset", event.reset, t0, y0)
             out = jax.eval_shape(event.reset, t0, y0)
@@ -527,7 +546,10 @@ def _check_events(events, t0, y0) -> None:
 _MESSAGES = tuple(code.message for code in RESULTS)
 
 
-def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Solution:
+def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=None) -> Solution:
+    """Raise `ds.SimulationError` for a failed solve (under jit/vmap, the compiled program's
+    error), its text saying what to do; `problem` = (model, t0, y0) lets it name a model hook
+    or a delay equation's lag or history that caused the failure."""
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
         # every output carries the check, so that a caller who reads only the event times
@@ -566,6 +588,16 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype) -> Soluti
         RESULTS.nonlinear_solver_failed,
     ):
         detail = f"Likely cause: {precision}"
+    if code == RESULTS.step_size_collapsed and solver.stiff:
+        message = (
+            "the step size fell below dtmin: the solution may blow up (a finite-time "
+            "singularity) or the model is not smooth there; lower dtmin or check the model"
+        )
+    if problem is not None:
+        model, t0, y0 = problem
+        notes = failure_notes(model, solver, t0, y0, solution.ts, solution.ys, max_steps)
+        if notes:
+            detail = f"{detail}. {notes}" if detail else notes
     raise SimulationError(code, detail, message)
 
 
@@ -580,6 +612,12 @@ def _when_nonfinite(solution: Solution) -> str:
         return ""
     first_bad = int(np.argmin(finite))
     ts = np.asarray(solution.ts)
+    # an adaptive solve that stopped early fills the outputs it did not reach with +inf
+    unreached = all(
+        np.all(np.isposinf(np.asarray(leaf)[first_bad:])) for leaf in jax.tree.leaves(solution.ys)
+    )
+    if unreached:
+        return f"The outputs from t={ts[first_bad]:.6g} on were not reached"
     return (
         f"The solution is finite up to t={ts[first_bad - 1]:.6g} and not at the next output "
         f"time t={ts[first_bad]:.6g}"

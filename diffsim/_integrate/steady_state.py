@@ -19,8 +19,8 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
-from .._events import Event
-from .._model import check_model
+from .._events import Event, RateCondition
+from .._model import AbstractDDE, check_model
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import AbstractAdaptiveSolver
 from .._solver.base import check_solver
@@ -56,6 +56,25 @@ class SteadyState(eqx.Module):
         return self.result == RESULTS.successful
 
 
+class _DelayAtRest(RateCondition):
+    """`_AtRest` for a delay equation: both its rate dy/dt (which depends on the past; the loop
+    passes it) and the field of the present state held at rest, f(t, y, (y, …, y)), are
+    small. Either alone is not rest: the rate vanishes at every turning point of an
+    oscillation, and f(y*, y*) = 0 where the trajectory passes through y* with its delayed
+    states elsewhere."""
+
+    model: object
+    rtol: Array
+    atol: Array
+
+    def __call__(self, t, y, dydt):
+        size = jnp.maximum(
+            _scaled_size(dydt, y, self.rtol, self.atol),
+            _size(self.model, t, y, self.rtol, self.atol),
+        )
+        return jnp.log(jnp.maximum(size, jnp.finfo(size.dtype).tiny))
+
+
 class _AtRest(eqx.Module):
     """The event condition log(size of the vector field) − log(1): it falls through zero where
     the trajectory comes to rest (logarithmic, so the crossing is well located when the size
@@ -72,11 +91,22 @@ class _AtRest(eqx.Module):
 
 
 def _size(model, t, y, rtol, atol):
-    """The RMS over components of f(t, y) / (atol + rtol·|y|) (0 for a state without any)."""
-    scaled = jax.tree.map(
-        lambda f, y: jnp.asarray(f) / (atol + rtol * jnp.abs(y)), model.vector_field(t, y), y
-    )
-    return rms(scaled)
+    """The RMS over components of f(t, y) / (atol + rtol·|y|) (0 for a state without any), f
+    the field of a state at rest (`_rest_field`)."""
+    return _scaled_size(_rest_field(model)(t, y), y, rtol, atol)
+
+
+def _scaled_size(dydt, y, rtol, atol):
+    return rms(jax.tree.map(lambda f, y: jnp.asarray(f) / (atol + rtol * jnp.abs(y)), dydt, y))
+
+
+def _rest_field(model):
+    """The vector field of a state held at rest: the model's own, or, for a delay equation,
+    f(t, y, (y, …, y)) (at rest the delayed states equal the present one; the history does not
+    enter)."""
+    if isinstance(model, AbstractDDE):
+        return lambda t, y: model.delayed_field(t, y, tuple(y for _ in model.delays()))
+    return model.vector_field
 
 
 def steady_state(
@@ -101,8 +131,11 @@ def steady_state(
     - `t0`: the time the vector field is evaluated at (a steady state of a model that depends
       on t exists only where that dependence stops).
     - `method`: `"simulate"` (default): integrate from y0 with `solver` until the vector field
-      is at rest (the RMS of f / (atol + rtol·|y|) at most 1, a terminal event), then polish
-      with Newton; `"newton"`: Newton's method from y0 only.
+      is at rest (the RMS of f / (atol + rtol·|y|) at most 1, a terminal event, with the
+      larger of these tolerances and the solver's own: an explicit solver's state keeps an
+      error of its tolerance), then polish with Newton to `rtol`/`atol`; `"newton"`: Newton's
+      method from y0 only. Newton holds the totals the model conserves (the left null
+      vectors of its Jacobian) at their values where it starts.
     - `solver`: an adaptive solver for the simulation (default `ds.Rodas5P(rtol=1e-6,
       atol=1e-9)`: stiff-safe, and its steps grow fast as the state settles).
     - `rtol`, `atol`: at rest means |f| ≲ atol + rtol·|y| per unit time, component by
@@ -111,6 +144,11 @@ def steady_state(
       (`ds.RESULTS.no_steady_state`: it oscillates, grows, or settles too slowly).
     - `throw`: raise `ds.SimulationError` when no equilibrium is found (as `ds.simulate`);
       `throw=False` returns the code in `result` (the way under `jax.vmap`).
+
+    A delay equation (`ds.AbstractDDE`) is at rest where its delayed states equal the present
+    one: y* solves f(t0, y*, (y*, …, y*)) = 0 (independent of the lags and the history), and
+    its trajectory is at rest where both that field and its actual rate (which reads the
+    past) are small.
 
     Differentiable in every mode by the implicit function theorem (dy*/dθ = −J⁻¹ ∂f/∂θ; with
     conserved totals, whose left null vectors U of J fix uᵀy* = uᵀy0, by (J + UUᵀ) ẏ* =
@@ -164,11 +202,17 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
     rtol, atol = tolerances
     y0_flat, unravel = ravel_pytree(y0)
 
+    def field(y, model):
+        return _flat_field(model, t0, unravel, y)
+
     def newton(start):
-        """Newton's method on f = 0 from `start`: (the root, whether it converged to a point
-        at rest)."""
+        """Newton's method on f = 0 from `start`, with the totals the model conserves held at
+        start's (f(y) + U Uᵀ (y − start) = 0, U the left null vectors of J there, as in the
+        derivative rule: without them J is singular and Newton has no step): (the root,
+        whether it converged to a point at rest to the tolerance)."""
+        u_null = _conserved_directions(jax.jacfwd(field)(lax.stop_gradient(start), model))
         solution = optx.root_find(
-            lambda y, model: _flat_field(model, t0, unravel, y),
+            lambda y, model: field(y, model) + u_null @ (u_null.T @ (y - start)),
             optx.Newton(rtol=rtol, atol=atol),
             start,
             args=model,
@@ -184,8 +228,18 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
         root, ok = newton(y0_flat)
         return root, jnp.where(ok, RESULTS.successful, RESULTS.no_steady_state), zero
 
-    at_rest = _AtRest(model, rtol, atol)
-    resting = at_rest(t0, y0) <= 0
+    # The trajectory only has to come to rest to within the solver's own tolerance (an
+    # explicit solver's state keeps an error of that size as its steps sit at the stability
+    # limit; at steady_state's tighter one it would never stop): Newton polishes from there.
+    rest_rtol = jnp.maximum(rtol, jnp.max(jnp.asarray(solver.rtol, rtol.dtype)))
+    rest_atol = jnp.maximum(atol, jnp.max(jnp.asarray(solver.atol, atol.dtype)))
+    if isinstance(model, AbstractDDE):
+        at_rest = _DelayAtRest(model, rest_rtol, rest_atol)
+        # at t0 the delayed states are the history's (the model's own field reads it)
+        resting = at_rest(t0, y0, model.vector_field(t0, y0)) <= 0
+    else:
+        at_rest = _AtRest(model, rest_rtol, rest_atol)
+        resting = at_rest(t0, y0) <= 0
     sol = simulate(
         model,
         y0,
@@ -199,10 +253,10 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
     rested = jax.tree.map(lambda a, b: jnp.where(resting, a, b), y0, sol.event_state)
     rested_flat = ravel_pytree(rested)[0]
     root, polished = newton(rested_flat)
-    # a singular Jacobian (conserved totals) leaves Newton without a step: the simulated
-    # state is at rest already
     y_flat = jnp.where(polished, root, rested_flat)
-    found = resting | came_to_rest
+    # at rest to steady_state's own tolerance: polished, or already there
+    settled = polished | (_size(model, t0, unravel(rested_flat), rtol, atol) <= 1)
+    found = (resting | came_to_rest) & settled
     failure = jnp.where(sol.result == RESULTS.successful, RESULTS.no_steady_state, sol.result)
     code = jnp.where(found, RESULTS.successful, failure)
     time = jnp.where(resting, zero, jnp.where(came_to_rest, sol.event_time - t0, max_time))
@@ -233,11 +287,7 @@ def _equilibrium_jvp(primals, tangents, *, method, max_steps):
         _, forcing = eqx.filter_jvp(lambda m: field(y_star, m), (model,), (model_dot,))
     if forcing is None:  # no differentiated parameter
         forcing = jnp.zeros_like(y_star)
-    u, singular, _ = jnp.linalg.svd(lax.stop_gradient(jacobian))
-    n = y_star.shape[0]
-    eps = jnp.finfo(y_star.dtype).eps
-    null = singular <= 1e3 * max(n, 1) * eps * singular[0]
-    u_null = jnp.where(null[None, :], u, 0.0)
+    u_null = _conserved_directions(jacobian)
     system = jacobian + u_null @ u_null.T
     rhs = -forcing
     if y0_dot is not None:
@@ -246,8 +296,18 @@ def _equilibrium_jvp(primals, tangents, *, method, max_steps):
     return out, (y_dot, None, None)
 
 
+def _conserved_directions(jacobian):
+    """The left null vectors U of J (one column each, zero columns elsewhere; from an SVD,
+    held constant): the totals Uᵀy that the model conserves."""
+    u, singular, _ = jnp.linalg.svd(lax.stop_gradient(jacobian))
+    n = jacobian.shape[0]
+    eps = jnp.finfo(jacobian.dtype).eps
+    null = singular <= 1e3 * max(n, 1) * eps * singular[0]
+    return jnp.where(null[None, :], u, 0.0)
+
+
 def _flat_field(model, t, unravel, y_flat):
-    return ravel_pytree(model.vector_field(t, unravel(y_flat)))[0]
+    return ravel_pytree(_rest_field(model)(t, unravel(y_flat)))[0]
 
 
 def _finish(model, t0, y, code, time, rtol, atol) -> SteadyState:

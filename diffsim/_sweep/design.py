@@ -17,6 +17,8 @@ def check_ranges(caller: str, ranges):
     names, low, high = [], [], []
     for name, bounds in ranges.items():
         try:
+            if isinstance(bounds, (str, bytes)):  # "01" would iterate as ("0", "1")
+                raise TypeError
             lo, hi = (float(v) for v in bounds)
         except (TypeError, ValueError):
             raise ValueError(
@@ -30,12 +32,15 @@ def check_ranges(caller: str, ranges):
     return tuple(names), np.array(low), np.array(high)
 
 
-def check_bootstrap(caller: str, bootstrap, level) -> None:
-    """The resamples of a design's bootstrap intervals (an int >= 0) and their coverage."""
+def check_bootstrap(caller: str, bootstrap, level, seed) -> None:
+    """The resamples of a design's bootstrap intervals (an int >= 0), their coverage and the
+    seed of their resampling (an int >= 0), checked before any simulation runs."""
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 0:
         raise ValueError(f"{caller}: bootstrap must be an int >= 0, got {bootstrap!r}")
-    if not 0 < level < 1:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"{caller}: level must be in (0, 1), got {level!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TypeError(f"{caller}: seed must be an int >= 0, got {seed!r}")
 
 
 def run_design(caller: str, model, names, design, y0, ts, *, reduce, **options) -> np.ndarray:

@@ -64,7 +64,7 @@ def morris(
         raise ValueError(
             f"morris: levels must be even (Δ = p / (2(p − 1)) then lands on the grid), got {levels}"
         )
-    check_bootstrap("morris", bootstrap, level)
+    check_bootstrap("morris", bootstrap, level, seed)
     d, r = len(names), trajectories
     unit, order, delta = _trajectories(d, r, levels, np.random.default_rng(seed))
     design = low + (high - low) * unit.reshape(-1, d)

@@ -21,7 +21,7 @@ import socket
 import numpy as np
 
 from .. import _provenance
-from .._validate import check_can_write
+from .._validate import check_can_write, user_path
 
 _PROGRESS = "progress"
 _PACKAGES = ("diffsim", "jax", "jaxlib", "diffrax", "equinox", "numpy", "xarray", "zarr")
@@ -45,6 +45,11 @@ def fault(path: str, error: BaseException, doing: str) -> SweepStoreError:
         )
     elif number in (errno.EROFS, errno.EACCES, errno.EPERM):
         remedy = "choose a store path where you can write (--store), or fix the permissions"
+    elif doing == "checking that it can be written":  # nothing of it is in use yet
+        remedy = (
+            "the store cannot be created there (a missing or special folder, or a file in "
+            "its way): choose a store path in a folder you can write to (--store)"
+        )
     elif isinstance(error, (FileNotFoundError, KeyError, NotADirectoryError)):
         remedy = (
             "the store (or part of it) was removed or replaced while in use: delete what is "
@@ -75,14 +80,9 @@ def normalize_path(store) -> str:
     path, or one with a NUL character, refused."""
     if not isinstance(store, (str, os.PathLike)):
         raise TypeError(f"store must be a path (str or os.PathLike), got {store!r}")
-    path = os.fspath(store)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not path.strip():
+    if not os.fsdecode(os.fspath(store)).strip():
         raise ValueError("store is an empty path: name the zarr store, e.g. 'out/sweep.zarr'")
-    if "\x00" in path:
-        raise ValueError(f"store {path!r} holds a NUL character, which no file system accepts")
-    return os.path.normpath(os.path.expanduser(path))
+    return os.path.normpath(user_path(store, "store"))
 
 
 def fill_value(dtype):
