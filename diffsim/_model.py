@@ -341,7 +341,9 @@ class DDE(AbstractDDE):
     params: Any
     lags: tuple
     constant_history: Any
-    history_fn: Callable | None = eqx.field(static=True)
+    # not static: a history that is an equinox Module (or a closure lifted by simulate) holds
+    # arrays, which are traced and differentiated like parameters
+    history_fn: Callable | None
 
     def __init__(self, fn: Callable, params: Any = None, *, delays, history):
         if not callable(fn):
@@ -349,7 +351,12 @@ class DDE(AbstractDDE):
                 "DDE(fn, params, delays=..., history=...): fn must be callable as "
                 f"fn(t, y, y_delayed, params), got {fn!r}"
             )
-        lags = delays if isinstance(delays, (tuple, list)) else (delays,)
+        if isinstance(delays, (tuple, list)):
+            lags = delays
+        elif jnp.ndim(delays) == 1:  # an array of lags, e.g. jnp.array([1.0, 0.5])
+            lags = tuple(delays[i] for i in range(jnp.shape(delays)[0]))
+        else:
+            lags = (delays,)
         if len(lags) == 0:
             raise ValueError("DDE: delays is empty; a model without lags is a ds.ODE")
         self.fn = fn

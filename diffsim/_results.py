@@ -42,12 +42,15 @@ _MESSAGES = {
     RESULTS.invalid_input: (
         "invalid input: a model parameter or y0 is not finite, a parameter breaks its "
         "constraint (e.g. a length <= 0), ts is not strictly increasing (a ts traced under jit "
-        "must increase; pass a concrete one to integrate backwards), or a tolerance is "
-        "negative; check the inputs of this member"
+        "must increase; pass a concrete one to integrate backwards), a tolerance is negative "
+        "or dtmin exceeds dtmax, or a delay equation's lag is not positive and finite or is "
+        "shorter than a fixed step dt; check the inputs of this member"
     ),
     RESULTS.max_steps_reached: (
         "the adaptive solver reached max_steps before the last output time: raise max_steps, "
-        "loosen rtol/atol, or use a stiff solver (ds.Rodas5P) if the problem is stiff"
+        "loosen rtol/atol, or use a stiff solver (ds.Rodas5P) if the problem is stiff; if "
+        "the solution grows without bound (a blow-up in finite time), the steps shrink towards "
+        "it and no solver can pass it"
     ),
     RESULTS.step_size_collapsed: (
         "the step size fell below dtmin: the solution may blow up (finite-time singularity) or "

@@ -58,25 +58,60 @@ def test_a_history_on_the_hopf_point_continues_as_the_exact_cosine():
 @pytest.mark.parametrize(
     "solver, options", [(ds.Tsit5(rtol=1e-10, atol=1e-12), {}), (ds.RK4(), {"dt": 0.05})]
 )
-def test_derivatives_with_respect_to_the_gain_and_the_lag(solver, options):
-    """At t = 1.5 (τ = 1): x = 1 − k t + k² (t − τ)²/2, so ∂x/∂k = −t + k (t − τ)²,
-    ∂x/∂τ = −k² (t − τ), and the Hessian [[(t−τ)², −2k(t−τ)], [−2k(t−τ), k²]]. The breakpoint
-    t = τ moves with τ (it ends a step), so the lag's derivative is exact, not O(dt)."""
+def test_derivatives_with_respect_to_the_gain_the_lag_the_start_and_the_history(solver, options):
+    """At t = 1.5 (τ = 1), with y0 = a and the history h: x = a − k h τ − k a (t − τ) +
+    k² h (t − τ)²/2 (the method of steps), so the gradient in (k, τ, a, h) at 1 is
+    (−1.25, −0.5, 0.5, −0.875) and the Hessian follows. The breakpoint t = τ moves with τ (it
+    ends a step), so the lag's derivative is exact, not O(dt). The step that ends at t = τ
+    must read the history at its last stage (s = t0, the left limit): reading y0 there gave
+    derivatives in a and h of (1.12, −0.68, …) for Tsit5 although y0 = h(t0), and, where y0 ≠
+    h(t0), an RK4 value off by dt·jump/6."""
 
     def x_at(params):
-        gain, lag = params
-        model = models.DelayedNegativeFeedback(gain=gain, tau=lag)
+        gain, lag, start, history = params
+        model = models.DelayedNegativeFeedback(gain=gain, tau=lag, x0=history)
         ts = jnp.array([0.0, 0.75, 1.5])
-        return ds.simulate(model, jnp.array([1.0]), ts, solver=solver, **options).ys[-1, 0]
+        return ds.simulate(model, start[None], ts, solver=solver, **options).ys[-1, 0]
 
-    point = jnp.array([1.0, 1.0])
-    np.testing.assert_allclose(jax.grad(x_at)(point), [-1.25, -0.5], atol=1e-10)
+    point = jnp.array([1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_allclose(jax.grad(x_at)(point), [-1.25, -0.5, 0.5, -0.875], atol=1e-10)
+    jump = jnp.array([1.0, 1.0, 1.0, 1.3])  # y0 = 1 below a history of 1.3
+    np.testing.assert_allclose(x_at(jump), 1.0 - 1.3 - 0.5 + 0.125 * 1.3, atol=1e-12)
     if isinstance(solver, ds.Tsit5):
         return  # the same loop and breakpoint rule as RK4's below (each mode compiles anew)
     # forward over reverse, so forward mode too; the lag–lag entry is 0 unless the
     # breakpoint t = τ ends a step and moves with τ
-    hessian = [[0.25, -1.0], [-1.0, 1.0]]
+    hessian = [
+        [0.25, -1.0, -0.5, -0.75],
+        [-1.0, 1.0, 1.0, -1.5],
+        [-0.5, 1.0, 0.0, 0.0],
+        [-0.75, -1.5, 0.0, 0.0],
+    ]
     np.testing.assert_allclose(jax.hessian(x_at)(point), hessian, atol=1e-8)
+
+
+def test_a_history_and_a_field_written_inside_the_differentiated_function():
+    """A `ds.DDE` whose history or field closes over the traced values of `jax.grad` (or
+    whose history is an equinox Module holding arrays) failed with "No constant handler";
+    both are now lifted into leaves. By the method of steps with y0 = a and the history h,
+    x(2.5) = −0.375 a − h/48 at k = 1 (so d/dh with a = h is −0.375 − 1/48), and with
+    a = h = 1, x(2.5) = 1 − 2k + k²/2 − k(1 − k)/2 + k²/8 − k³/48 (d/dk = −0.3125)."""
+
+    def x_end(history, gain):
+        model = ds.DDE(
+            lambda t, y, yd, p: -gain * yd[0],
+            None,
+            delays=jnp.array([1.0]),  # an array of lags is a sequence of them
+            history=lambda t: history * jnp.ones(1),
+        )
+        sol = ds.simulate(
+            model, history * jnp.ones(1), jnp.array([0.0, 2.5]), solver=ds.RK4(), dt=0.05
+        )
+        return sol.ys[-1, 0]
+
+    # RK4 at dt = 0.05 integrates the cubic pieces exactly (breakpoints are step ends)
+    np.testing.assert_allclose(jax.grad(x_end)(1.0, 1.0), -0.375 - 1 / 48, atol=1e-10)
+    np.testing.assert_allclose(jax.grad(x_end, 1)(1.0, 1.0), -0.3125, atol=1e-10)
 
 
 def test_vmap_over_lags_under_jit():
@@ -162,3 +197,18 @@ def test_bad_delay_input_is_refused_with_what_to_do():
     ) as error:
         ds.simulate(tiny, jnp.array(1.0), TS, solver=ds.Tsit5(), max_steps=100)
     assert "Kvaerno5" not in str(error.value)
+    # a traced lag shorter than dt: refused when concrete, silently read past the solution
+    # computed so far (5 % off) when traced; now an invalid member that names the lag
+    run = jax.jit(
+        lambda lag: ds.simulate(
+            ds.DDE(fn, None, delays=(lag,), history=jnp.array(1.0)),
+            jnp.array(1.0),
+            np.array([0.0, 1.0, 2.0]),
+            solver=ds.RK4(),
+            dt=0.5,
+            throw=False,
+        )
+    )
+    short = run(0.3)
+    assert int(short.result) == ds.RESULTS.invalid_input and bool(jnp.isnan(short.ys[-1]))
+    assert "shorter than a fixed step dt" in ds.RESULTS.invalid_input.message

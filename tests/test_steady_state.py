@@ -119,6 +119,22 @@ def test_no_equilibrium_is_an_error_that_says_so():
         ds.steady_state(oscillator, jnp.ones(2), method="bisection")
     with pytest.raises(TypeError, match="adaptive solver"):
         ds.steady_state(oscillator, jnp.ones(2), solver=ds.RK4())
+    with pytest.raises(ValueError, match="y0 holds NaN or inf; start from a finite state"):
+        ds.steady_state(oscillator, jnp.array([jnp.nan, 0.0]))
+    with pytest.raises(ValueError, match=r"rtol must be a number .* got shape \(2,\)"):
+        ds.steady_state(oscillator, jnp.ones(2), rtol=jnp.array([1e-8, 1e-8]))
+    with pytest.raises(ValueError, match="rtol and atol are both 0"):
+        ds.steady_state(oscillator, jnp.ones(2), rtol=0.0, atol=0.0)
+
+
+def test_a_nan_start_under_jit_is_invalid_not_a_steady_state():
+    # the simulation replaces an invalid member's inputs by finite stand-ins, which came to
+    # rest: y' = 2 − y from NaN reported success with y = 2
+    model = ds.ODE(lambda t, y, p: 2.0 - y, None)
+    find = jax.jit(lambda y0: ds.steady_state(model, y0, throw=False))
+    state = find(jnp.array([jnp.nan]))
+    assert int(state.result) == ds.RESULTS.invalid_input and bool(jnp.isnan(state.y[0]))
+    np.testing.assert_allclose(find(jnp.array([0.0])).y, [2.0], rtol=1e-12)
 
 
 class _Turnover(ds.AbstractODE):

@@ -146,11 +146,15 @@ def run(
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
         h = t_next - t
         if delayed:  # the model as this step sees it: its past read from the buffers
-            present = stepper.present(_history_view(state.pieces, y0, state.accepted))
+            view = _history_view(state.pieces, y0, state.accepted)
+            present = stepper.present(view, t, t_next)
             now = stepper.with_history(present)
+            # the carry (an FSAL pair's first stage, a Hermite start slope) anew: the step
+            # before may have read the other side of a breakpoint's jump in the delayed input
+            carry = now.start(t, y)
         else:
-            present, now = model, stepper
-        attempt = now.attempt(t, h, y, state.carry)
+            present, now, carry = model, stepper, state.carry
+        attempt = now.attempt(t, h, y, carry)
         ratio = error_ratio(y, attempt.y1, attempt.error, controls)
         keep, dt, code = next_step(t, t_next, ratio, stepper.error_order, controls, code)
         if table is None:

@@ -140,6 +140,9 @@ def _solve(method, adaptive, model, y0, ts, dt0, events, *, max_steps: int, dens
     lags_ok = jnp.all(lags > 0) & jnp.all(jnp.isfinite(lags))
     shortest = jnp.where(lags_ok, jnp.min(lags), 1.0)
     if adaptive is None:  # constant steps of dt0 (explicit Runge–Kutta)
+        # a traced lag shorter than dt: a step would read beyond the solution computed so far
+        # (a concrete one is refused before the solve)
+        lags_ok = lags_ok & (dt0 <= shortest * (1 + 1e-12))
         valid, model, y0, ts = guard_inputs(model, y0, ts, lags_ok)
         one = jnp.ones((), ts.dtype)
         controls = Controls(one, one, None, None, dt0, False, True)
@@ -196,10 +199,10 @@ class _DelayStepper:
         times = jnp.sort((t0 + orders[:, None] * lags[None, :]).reshape(-1))
         return jnp.concatenate([times, infinity])
 
-    def present(self, past) -> "_Present":
-        """The model as the next step sees it: its delayed states read from `past` (the steps
-        so far)."""
-        return _Present(self.model, past, self.y0)
+    def present(self, past, t, t_next) -> "_Present":
+        """The model as the step from t to t_next sees it: its delayed states read from `past`
+        (the steps so far)."""
+        return _Present(self.model, past, self.y0, 0.5 * (t + t_next))
 
     def with_history(self, present: "_Present"):
         """The stepper of the next step, on the model as it sees it (`present`)."""
@@ -208,13 +211,21 @@ class _DelayStepper:
 
 class _Present:
     """The delay model as an ODE for one step: the delayed states from the history before t0
-    and from the stored steps `past` after it."""
+    and from the stored steps `past` after it.
+
+    Which of the two a lag reads is decided for the whole step, by its midpoint, not by each
+    stage's time: no step straddles t0 + τ (a breakpoint), so the step that ends there reads
+    the history even at its last stage, where s = t − τ = t0 exactly (the left limit), and
+    the step that starts there reads the solution (the right limit, y0). Deciding by s < t0
+    at each stage read y0 at that last stage: right in value when y0 = history(t0), but its
+    derivative went to y0 instead of the history, and a start with y0 ≠ history(t0) (a jump)
+    was off by O(h·jump)."""
 
     mass_matrix = None
     jacobian_bandwidth = None
 
-    def __init__(self, model: AbstractDDE, past, y0):
-        self.model, self.past, self.y0 = model, past, y0
+    def __init__(self, model: AbstractDDE, past, y0, middle):
+        self.model, self.past, self.y0, self.middle = model, past, y0, middle
 
     def jacobian(self, t, y):
         return None
@@ -224,6 +235,7 @@ class _Present:
         delayed = []
         for lag in self.model.delays():
             s = t - lag
+            from_history = self.middle - lag < t0
             # Clamped by `where`, not `jnp.clip`/`jnp.minimum`: at a tie (s = t0, the first
             # step after a breakpoint) those split the derivative in t between the two sides,
             # halving ∂f/∂t, which the Rosenbrock stages use (Rosenbrock23's interpolant was
@@ -232,7 +244,7 @@ class _Present:
             end = past.knots[past.count]
             stored = past.read(jnp.where(s < t0, t0, jnp.where(s > end, end, s)))
             stored = jax.tree.map(lambda a, b: jnp.where(past.count > 0, a, b), stored, self.y0)
-            delayed.append(jax.tree.map(lambda a, b: jnp.where(s < t0, b, a), stored, before))
+            delayed.append(jax.tree.map(lambda a, b: jnp.where(from_history, b, a), stored, before))
         return self.model.delayed_field(t, y, tuple(delayed))
 
 

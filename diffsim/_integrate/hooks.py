@@ -14,7 +14,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._model import AbstractDDE
-from .._validate import describe, is_count, is_traced
+from .._validate import describe, is_count, is_traced, once
 
 
 def check_jacobian_hooks(model, t0, y0) -> None:
@@ -41,6 +41,22 @@ def check_jacobian_hooks(model, t0, y0) -> None:
                 f"components has at most {max(n - 1, 0)} diagonals on either side: give the "
                 "band the Jacobian has, or None"
             )
+    once(_check_jacobian_shape, model, t0, y0)
+    if not any(is_traced(x) for x in jax.tree.leaves((model, t0, y0))):
+        # one evaluation, eagerly: a NaN Jacobian would otherwise fail every step of the solve
+        # (a model without the hook returns None here, and nothing runs)
+        own = model.jacobian(t0, y0)
+        if own is not None and not np.all(np.isfinite(np.asarray(own))):
+            raise ValueError(
+                f"{name}.jacobian(t, y) returns NaN or inf at t0 = {float(t0):.6g} and y0: the "
+                "stiff steps solve with it; fix the hook, or remove it to have ∂f/∂y taken "
+                "by jax.jacfwd"
+            )
+
+
+def _check_jacobian_shape(model, t0, y0) -> None:
+    name = type(model).__name__
+    n = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(y0))
     try:
         out = jax.eval_shape(model.jacobian, t0, y0)
     except Exception as error:
@@ -61,14 +77,6 @@ def check_jacobian_hooks(model, t0, y0) -> None:
         )
     if not jnp.issubdtype(out.dtype, jnp.floating):
         raise TypeError(f"{name}.jacobian(t, y) must return real floats, got {out.dtype}")
-    if not any(is_traced(x) for x in jax.tree.leaves((model, t0, y0))):
-        # one evaluation, eagerly: a NaN Jacobian would otherwise fail every step of the solve
-        if not np.all(np.isfinite(np.asarray(model.jacobian(t0, y0)))):
-            raise ValueError(
-                f"{name}.jacobian(t, y) returns NaN or inf at t0 = {float(t0):.6g} and y0: the "
-                "stiff steps solve with it; fix the hook, or remove it to have ∂f/∂y taken "
-                "by jax.jacfwd"
-            )
 
 
 def failure_notes(model, solver, t0, y0, ts, ys, max_steps: int) -> str:
@@ -129,6 +137,8 @@ def check_history_values(model: AbstractDDE, t0) -> None:
         + [[float(t0) - float(lag)] for lag in lags]
     )
     values = jax.vmap(model.history)(jnp.asarray(times, jnp.result_type(t0)))
+    if any(is_traced(v) for v in jax.tree.leaves(values)):  # it closes over traced values
+        return
     finite = np.ones(times.shape, bool)
     for leaf in jax.tree.leaves(values):
         finite &= np.isfinite(np.asarray(leaf)).reshape(times.size, -1).all(axis=1)

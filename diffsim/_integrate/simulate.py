@@ -10,7 +10,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event, RateCondition, Records
-from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, ODE
+from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, DDE, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
 from .._solver.base import AbstractSolver, check_solver
@@ -244,7 +244,7 @@ def simulate(
         solution = _without_steps(ts, y0, event_list, isinstance(events, Event), dtype)
         return _with_dense(solution, constant_piece(y0, times[0])) if dense else solution
     backward = runs_backward(host_ts)
-    original = model  # before the backward solve's change of variable
+    original, original_t0 = model, t0  # before the backward solve's change of variable
     if isinstance(model, AbstractDDE) and backward:
         raise ValueError("a delay equation integrates forward from its history: ts must increase")
     if backward:  # solved forward in s = -t (see reverse.py)
@@ -296,7 +296,7 @@ def simulate(
     solution = _with_dense(solution, pieces)
     if not throw:
         return solution
-    return raise_if_failed(solution, max_steps, solver, dtype, (original, times[0], y0))
+    return raise_if_failed(solution, max_steps, solver, dtype, (original, original_t0, y0))
 
 
 def _check_history(model, y0, t0) -> None:
@@ -436,17 +436,32 @@ def _lift_event(event: Event, t0, y0) -> Event:
 
 
 def _lift_model(model, t0, y0):
-    """An `ODE` whose function closes over traced values (built inside a transformed
-    function) as an `ODE` of a fixed function whose parameters hold them as leaves
+    """An `ODE` or `DDE` whose function (or history) closes over traced values (built inside
+    a transformed function) as one of a fixed function whose parameters hold them as leaves
     (`_closure.lift_closure`); any other model unchanged."""
-    if type(model) is not ODE or not closes_over_tracer(model.fn):
+    if type(model) is ODE and closes_over_tracer(model.fn):
+        lifted = lift_closure(model.fn, t0, y0, model.params)
+        return ODE(_call_lifted, {"fn": lifted, "params": model.params}, model.mass)
+    if type(model) is not DDE:
         return model
-    lifted = lift_closure(model.fn, t0, y0, model.params)
-    return ODE(_call_lifted, {"fn": lifted, "params": model.params}, model.mass)
+    if closes_over_tracer(model.fn):
+        delayed = tuple(y0 for _ in model.lags)
+        lifted = lift_closure(model.fn, t0, y0, delayed, model.params)
+        history = model.constant_history if model.history_fn is None else model.history_fn
+        params = {"fn": lifted, "params": model.params}
+        model = DDE(_call_lifted_delayed, params, delays=model.lags, history=history)
+    if model.history_fn is not None and closes_over_tracer(model.history_fn):
+        lifted = lift_closure(model.history_fn, t0)
+        model = eqx.tree_at(lambda m: m.history_fn, model, lifted)
+    return model
 
 
 def _call_lifted(t, y, params):
     return params["fn"](t, y, params["params"])
+
+
+def _call_lifted_delayed(t, y, y_delayed, params):
+    return params["fn"](t, y, y_delayed, params["params"])
 
 
 def real_dtype(y0):
@@ -572,10 +587,16 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
     if code == RESULTS.nonfinite_state:
         detail = _when_nonfinite(solution)
     elif code == RESULTS.max_steps_reached:
-        detail = f"max_steps={max_steps}; " + _when_nonfinite(solution)
+        detail = f"max_steps={max_steps}; " + _when_nonfinite(solution, stopped_early=True)
         if precision is not None:
             message = (
                 f"the adaptive solver reached max_steps before the last output time: {precision}"
+            )
+        elif np.isinf(float(np.asarray(solution.ts)[-1])):
+            message = (
+                "the terminal event that closes the open end (ts[-1] = inf) did not happen "
+                "within max_steps: check that its condition crosses zero on this trajectory, "
+                "or end the span at a finite time"
             )
         elif solver.stiff:  # already a stiff solver: no use suggesting one
             message = (
@@ -601,7 +622,7 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
     raise SimulationError(code, detail, message)
 
 
-def _when_nonfinite(solution: Solution) -> str:
+def _when_nonfinite(solution: Solution, stopped_early: bool = False) -> str:
     finite = np.ones(np.shape(solution.ts), dtype=bool)
     for leaf in jax.tree.leaves(solution.ys):
         leaf = np.asarray(leaf)
@@ -613,7 +634,7 @@ def _when_nonfinite(solution: Solution) -> str:
     first_bad = int(np.argmin(finite))
     ts = np.asarray(solution.ts)
     # an adaptive solve that stopped early fills the outputs it did not reach with +inf
-    unreached = all(
+    unreached = stopped_early and all(
         np.all(np.isposinf(np.asarray(leaf)[first_bad:])) for leaf in jax.tree.leaves(solution.ys)
     )
     if unreached:

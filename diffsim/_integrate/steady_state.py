@@ -25,7 +25,13 @@ from .._results import RESULTS, SimulationError
 from .._solver.adaptive import AbstractAdaptiveSolver
 from .._solver.base import check_solver
 from .._solver.rosenbrock import Rodas5P
-from .._validate import as_state, as_state_leaf, check_positive_number, is_traced
+from .._validate import (
+    as_state,
+    as_state_leaf,
+    check_positive_number,
+    is_traced,
+    nonfinite_leaves,
+)
 from .simulate import real_dtype, simulate
 from .step_control import rms
 
@@ -168,10 +174,24 @@ def steady_state(
             f"state settles); {type(solver).__name__} takes fixed steps: pass e.g. ds.Rodas5P()"
         )
     for name, value in (("rtol", rtol), ("atol", atol)):
+        if jnp.ndim(value) != 0:
+            raise ValueError(
+                f"{name} must be a number (steady_state's rest test is one RMS over the state), "
+                f"got shape {jnp.shape(value)}"
+            )
         if not is_traced(value) and not float(value) >= 0:
             raise ValueError(f"{name} must be >= 0, got {value!r}")
+    if not is_traced(rtol) and not is_traced(atol) and float(rtol) == float(atol) == 0:
+        raise ValueError(
+            "rtol and atol are both 0: no state is ever at rest to within zero; give a "
+            "tolerance (the defaults are rtol=1e-8, atol=1e-10)"
+        )
     check_positive_number("max_time", max_time)
     y0 = jax.tree.map(as_state_leaf, as_state(y0))
+    bad = nonfinite_leaves(y0)
+    if bad:
+        where = "" if bad == ["(the value itself)"] else f" (at {', '.join(bad)})"
+        raise ValueError(f"steady_state: y0 holds NaN or inf{where}; start from a finite state")
     dtype = real_dtype(y0)
     times = jnp.asarray(t0, dtype), jnp.asarray(max_time, dtype)
     tolerances = jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype)
@@ -256,8 +276,12 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
     y_flat = jnp.where(polished, root, rested_flat)
     # at rest to steady_state's own tolerance: polished, or already there
     settled = polished | (_size(model, t0, unravel(rested_flat), rtol, atol) <= 1)
-    found = (resting | came_to_rest) & settled
+    # a simulation that failed (an invalid y0 or parameter under jit is replaced by a finite
+    # stand-in there) found nothing, even if its stand-in came to rest
+    valid = jnp.all(jnp.isfinite(y0_flat)) & (sol.result != RESULTS.invalid_input)
+    found = (resting | came_to_rest) & settled & valid
     failure = jnp.where(sol.result == RESULTS.successful, RESULTS.no_steady_state, sol.result)
+    failure = jnp.where(valid, failure, RESULTS.invalid_input)
     code = jnp.where(found, RESULTS.successful, failure)
     time = jnp.where(resting, zero, jnp.where(came_to_rest, sol.event_time - t0, max_time))
     return y_flat, code, time

@@ -217,12 +217,15 @@ def prepare(solver, error_order: int, model, y0, ts, dt0):
     dtype = ts.dtype
     rtol, atol = solver.rtol.astype(dtype), solver.atol.astype(dtype)
     tolerances_ok = jnp.all((rtol >= 0) & (atol >= 0) & ((rtol > 0) | (atol > 0)))
-    valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok)
+    dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
+    dtmax = None if solver.dtmax is None else solver.dtmax.astype(dtype)
+    # traced step bounds (concrete ones are checked when the solver is made): dtmin > dtmax
+    # would fail the first step as "below dtmin", blaming stiffness
+    bounds_ok = True if dtmin is None or dtmax is None else dtmin <= dtmax
+    valid, model, y0, ts = guard_inputs(model, y0, ts, tolerances_ok & bounds_ok)
     # replaced only when they are bad themselves: shared tolerances stay unbatched under vmap
     rtol = jnp.where(tolerances_ok, rtol, 1e-3)
     atol = jnp.where(tolerances_ok, atol, 1e-6)
-    dtmin = None if solver.dtmin is None else solver.dtmin.astype(dtype)
-    dtmax = None if solver.dtmax is None else solver.dtmax.astype(dtype)
     if dt0 is None:
         dt0 = initial_step(error_order, model.vector_field, ts[0], ts[-1], y0, rtol, atol)
     dt0 = jnp.asarray(dt0, dtype)
