@@ -882,3 +882,58 @@ def test_data_names_and_series():
     assert data.names == ("hare",) and data.values.tolist() == [[1.0], [2.0], [4.0]]
     frame = pd.DataFrame({0: [1.0, 2.0]}, index=[0.0, 1.0])  # a column named by an integer
     assert ds.Data.from_frame(frame, columns=[0]).names == ("0",)
+
+
+# --- failures that name their cause (they used to end in generic advice) ------------------------
+
+
+def test_an_open_end_whose_event_never_happens_says_so():
+    # the advice was a stiff solver, which cannot take an open end either
+    never = ds.Event(lambda t, y: y[0] + 10.0, terminal=True)  # a decay never reaches -10
+    with pytest.raises(ds.SimulationError, match="terminal event that closes the open end") as e:
+        ds.simulate(
+            ds.ODE(lambda t, y, p: -y, None),
+            jnp.ones(1),
+            jnp.array([0.0, jnp.inf]),
+            solver=ds.Tsit5(),
+            events=never,
+            max_steps=64,
+        )
+    assert "Kvaerno5" not in str(e.value) and "stiff" not in str(e.value)
+
+
+def test_traced_step_bounds_that_exclude_every_step_are_invalid_input():
+    # dtmin > dtmax under jit failed the first step as "below dtmin: the problem is stiff"
+    run = jax.jit(
+        lambda dtmin: (
+            ds.simulate(
+                ds.ODE(lambda t, y, p: -y, None),
+                jnp.ones(1),
+                jnp.array([0.0, 1.0]),
+                solver=ds.Tsit5(dtmin=dtmin, dtmax=0.1),
+                throw=False,
+            ).result
+        )
+    )
+    assert int(run(0.5)) == ds.RESULTS.invalid_input
+    assert int(run(0.01)) == ds.RESULTS.successful
+    assert "dtmin exceeds dtmax" in ds.RESULTS.invalid_input.message
+
+
+def test_a_reset_that_breaks_a_dae_is_named_in_the_failure():
+    # x' = −x + z, 0 = z − x/2 (z = x/2 at every consistent state); the reset sets z = 1
+    dae = ds.ODE(
+        lambda t, y, p: jnp.stack([-y[0] + y[1], y[1] - 0.5 * y[0]]),
+        None,
+        mass_matrix=jnp.diag(jnp.array([1.0, 0.0])),
+    )
+    kick = ds.Event(lambda t, y: y[0] - 0.5, reset=lambda t, y: y.at[1].set(1.0), direction=-1)
+    with pytest.raises(ds.SimulationError, match="reset of a model with a mass matrix must"):
+        ds.simulate(
+            dae,
+            jnp.array([1.0, 0.5]),
+            jnp.array([0.0, 5.0]),
+            solver=ds.Rodas5P(),
+            events=kick,
+            max_steps=200,
+        )

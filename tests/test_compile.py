@@ -220,11 +220,16 @@ def test_an_unusable_cache_folder_warns_once_and_runs_uncached(tmp_path):
     np.testing.assert_allclose(out["value"], 1.3, rtol=1e-6)  # as in the cached run above
 
 
-def test_the_cache_is_off_with_the_environment_variable(tmp_path):
-    out = _worker(tmp_path / "cache", "--model", "none", env_extra={"DIFFSIM_CACHE": "off"})
+@pytest.mark.parametrize("setting", ["off", "disabled", "nope"])
+def test_the_cache_is_off_with_the_environment_variable(tmp_path, setting):
+    # "disabled" was not understood and left the cache on without a word; a value it does not
+    # know now warns and leaves it off
+    out = _worker(tmp_path / "cache", "--model", "none", env_extra={"DIFFSIM_CACHE": setting})
     assert not out["config"]["cache"]
     assert "DIFFSIM_CACHE" in out["config"]["why"]
     assert not (tmp_path / "cache").exists()
+    understood = not any("is not understood" in w for w in out["warnings"])
+    assert understood == (setting != "nope"), out["warnings"]
 
 
 def test_config_turns_the_cache_off_and_on(tmp_path):

@@ -174,3 +174,16 @@ def test_a_fit_starts_from_the_pre_stimulus_steady_state():
     assert result.params["k_out"] == pytest.approx(k_out, rel=1e-6)
     with pytest.raises(TypeError, match="pre_equilibrate must be True"):
         ds.fit(guess, jnp.array([1.0]), (ts, values), params=["k_in"], pre_equilibrate=1)
+    # a model without a steady state (k_out = 0: y grows for ever): the failure said "cannot
+    # be simulated at the guess" and never named the pre-equilibration
+    growing = _Turnover(jnp.array(1.0), jnp.array(0.0), jnp.array(stimulus))
+    with pytest.raises(ValueError, match="with pre_equilibrate, the simulation starts from"):
+        ds.fit(
+            growing,
+            jnp.array([1.0]),
+            (ts, values),
+            params=["k_in"],
+            t0=0.0,
+            screen=1,
+            pre_equilibrate=True,
+        )

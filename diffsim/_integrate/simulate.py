@@ -296,7 +296,9 @@ def simulate(
     solution = _with_dense(solution, pieces)
     if not throw:
         return solution
-    return raise_if_failed(solution, max_steps, solver, dtype, (original, original_t0, y0))
+    resets = event_list is not None and any(e.reset is not None for e in event_list)
+    problem = (original, original_t0, y0, resets)
+    return raise_if_failed(solution, max_steps, solver, dtype, problem)
 
 
 def _check_history(model, y0, t0) -> None:
@@ -563,8 +565,9 @@ _MESSAGES = tuple(code.message for code in RESULTS)
 
 def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=None) -> Solution:
     """Raise `ds.SimulationError` for a failed solve (under jit/vmap, the compiled program's
-    error), its text saying what to do; `problem` = (model, t0, y0) lets it name a model hook
-    or a delay equation's lag or history that caused the failure."""
+    error), its text saying what to do; `problem` = (model, t0, y0, whether an event resets)
+    lets it name a model hook, a delay equation's lag or history, or a DAE's reset that
+    caused the failure."""
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
         # every output carries the check, so that a caller who reads only the event times
@@ -615,8 +618,14 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
             "singularity) or the model is not smooth there; lower dtmin or check the model"
         )
     if problem is not None:
-        model, t0, y0 = problem
+        model, t0, y0, resets = problem
         notes = failure_notes(model, solver, t0, y0, solution.ts, solution.ys, max_steps)
+        if resets and model.mass_matrix is not None:
+            notes += (
+                " An event's reset of a model with a mass matrix must return a state that "
+                "satisfies its algebraic equations (steps from one that does not fail): build "
+                "it with ds.consistent_initial_state(model, y, t) inside the reset."
+            )
         if notes:
             detail = f"{detail}. {notes}" if detail else notes
     raise SimulationError(code, detail, message)
