@@ -27,6 +27,13 @@ from ._fit.profile import Profile as Profile, profile as profile
 from ._fit.refit import FitBatch as FitBatch, refit as refit
 from ._fit.result import FitResult as FitResult
 from ._fit.sample import sample as sample
+from ._fit.study import (
+    Experiment as Experiment,
+    Observable as Observable,
+    Problem as Problem,
+    Unknown as Unknown,
+)
+from ._fit.study_fit import ProblemFit as ProblemFit
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.dense import DenseOutput as DenseOutput
 from ._integrate.simulate import simulate as simulate, Solution as Solution

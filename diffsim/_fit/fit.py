@@ -25,13 +25,15 @@ from .problem import (
 )
 from .result import BEATEN, FitResult, FitSettings
 from .setup import assemble, FitSetup, FitSpec, with_jacobian
+from .study import Problem as StudyProblem
+from .study_fit import fit_problem
 from .uncertainty import analyse
 
 
 def fit(
     model: AbstractODE,
-    y0,
-    data,
+    y0=None,
+    data=None,
     *,
     params=None,
     initial_state=False,
@@ -58,7 +60,11 @@ def fit(
     events=None,
     pre_equilibrate=False,
 ) -> FitResult:
-    """Fit parameters and/or initial-state components of `model` to `data`.
+    """Fit parameters and/or initial-state components of `model` to `data`; or, given a
+    `ds.Problem` (a study of many experiments with observation and noise models), its
+    unknowns by maximum likelihood: `ds.fit(problem, starts=, screen=, key=, method=,
+    max_iterations=, rtol=, atol=, level=)` returns a `ds.ProblemFit` (see
+    docs/fitting.md, "Studies with many experiments").
 
     **Arguments:**
 
@@ -134,6 +140,47 @@ def fit(
     **Returns:** a `ds.FitResult` (see its documentation): `.model`, `.y0`, `.params`,
     `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
     """
+    if isinstance(model, StudyProblem):
+        given = {
+            name: value
+            for name, value in dict(
+                y0=y0,
+                data=data,
+                params=params,
+                initial_state=initial_state,
+                observe=observe,
+                solver=solver,
+                dt=dt,
+                loss=loss,
+                segments=segments,
+                horizon=horizon,
+                bounds=bounds,
+                noise=noise,
+                weights=weights,
+                t0=t0,
+                events=events,
+                pre_equilibrate=pre_equilibrate,
+            ).items()
+            if value is not _FIT_DEFAULTS[name]
+        }
+        if given:
+            raise TypeError(
+                f"ds.fit(problem) takes its model, data, observables and solver from the "
+                f"problem; {sorted(given)} apply to ds.fit(model, y0, data) only"
+            )
+        return fit_problem(
+            model,
+            starts=starts,
+            screen=screen,
+            key=key,
+            method=None if method == "lm" else method,
+            max_iterations=max_iterations,
+            rtol=rtol,
+            atol=atol,
+            level=level,
+        )
+    if y0 is None or data is None:
+        raise TypeError("ds.fit(model, y0, data, ...) needs y0 and data (or give it a ds.Problem)")
     start_time = time.perf_counter()
     spec = FitSpec(
         model=model,
@@ -190,6 +237,27 @@ def fit(
     for note in result.warnings:
         warnings.warn(note, FitWarning, stacklevel=2)
     return result
+
+
+# what ds.fit(model, y0, data) takes and ds.fit(problem) does not: their defaults
+_FIT_DEFAULTS = dict(
+    y0=None,
+    data=None,
+    params=None,
+    initial_state=False,
+    observe=None,
+    solver=None,
+    dt=None,
+    loss="squared",
+    segments=1,
+    horizon=2,
+    bounds=None,
+    noise=None,
+    weights=None,
+    t0=None,
+    events=None,
+    pre_equilibrate=False,
+)
 
 
 # The screen: where a fit starts. A neutral guess is often far from the optimum's basin (a

@@ -1,0 +1,737 @@
+"""`ds.Problem`: a study of several experiments, its observables and its unknowns, as one
+object that `ds.fit` (and the capabilities built on it) take.
+
+A study is PEtab's data model, experiments × observables × unknowns (PEtab.jl's
+`PEtabODEProblem`, pyPESTO's objective), written in Python:
+
+- the **model** is shared; its parameters are its scalar floating fields (or the keys of a
+  `ds.ODE`'s `params` dict);
+- each **experiment** (a condition) has its data, its initial state (an array, or a function
+  of the parameters), its start time, the parameters it sets (to numbers or to other
+  parameters, estimated or not) and, optionally, a pre-equilibration under other settings;
+- each **observable** maps (t, y, p) to what is measured, with a noise model and its σ (a
+  number, a parameter's name, or a function);
+- the **unknowns** are estimated on their scale (lin, log, log10) within bounds, with
+  optional priors; parameters that only observables or noise models use (a scale, an
+  offset, σ) are unknowns like the model's.
+
+The objective is the negative log-likelihood of every measurement (the log σ terms included,
+so noise parameters are estimated with the rest) plus the negative log-priors. This module
+checks the description and turns it into static index tables and arrays (`Tables`) that the
+compiled objective (`study_objective.py`) reads.
+"""
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._model import AbstractODE, check_model, ODE
+from .._solver.base import AbstractSolver, check_solver
+from .data import Data
+from .study_objective import evaluate_llh, evaluate_predictions
+
+SCALES = ("lin", "log", "log10")
+NOISE_MODELS = ("normal", "laplace", "log-normal", "log10-normal", "log-laplace", "log10-laplace")
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """A parameter of a study estimated from its data (or held at `value` with
+    `estimate=False`).
+
+    - `value`: its value in natural units: the start of a fit, the nominal value.
+    - `bounds`: `(lower, upper)` in natural units (`None` for an open side); on a log scale
+      both must be positive. A fit stays strictly inside them.
+    - `scale`: `"lin"`, `"log"` or `"log10"`: the coordinate it is optimised, screened
+      (uniformly between its bounds on that scale, so 1e-5 … 1e5 is ten equal decades) and
+      reported in (`ProblemFit.params_on_scale`, standard errors and intervals).
+    - `prior`: a numpyro distribution over the natural value, or None (flat within the
+      bounds): `ds.fit` then maximises the posterior density (MAP).
+    - `estimate`: False holds it at `value` (a parameter the study names but does not fit).
+    """
+
+    value: float
+    bounds: tuple | None = None
+    scale: str = "lin"
+    prior: Any = None
+    estimate: bool = True
+
+    def __post_init__(self):
+        try:
+            value = float(self.value)
+        except (TypeError, ValueError):
+            raise TypeError(f"Unknown(value=...) must be a number, got {self.value!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"Unknown(value={value}): the value must be finite")
+        if self.scale not in SCALES:
+            raise ValueError(f"Unknown(scale={self.scale!r}) must be one of {SCALES}")
+        if not isinstance(self.estimate, (bool, np.bool_)):
+            raise TypeError(f"Unknown(estimate=...) must be True or False, got {self.estimate!r}")
+        low, high = -math.inf, math.inf
+        if self.bounds is not None:
+            if isinstance(self.bounds, (str, bytes)) or len(self.bounds) != 2:
+                raise ValueError(f"Unknown(bounds=...) must be (lower, upper), got {self.bounds!r}")
+            low = -math.inf if self.bounds[0] is None else float(self.bounds[0])
+            high = math.inf if self.bounds[1] is None else float(self.bounds[1])
+            if math.isnan(low) or math.isnan(high) or not low < high:
+                raise ValueError(f"Unknown(bounds={self.bounds!r}) needs lower < upper")
+        if self.scale != "lin":
+            low = max(low, 0.0)
+            if value <= 0:
+                raise ValueError(
+                    f"Unknown(value={value}, scale={self.scale!r}): a value on a log scale must "
+                    "be positive"
+                )
+        if self.estimate and not low <= value <= high:
+            raise ValueError(f"Unknown(value={value}) lies outside its bounds ({low}, {high})")
+        if self.prior is not None and not hasattr(self.prior, "log_prob"):
+            raise TypeError(
+                f"Unknown(prior=...) must be a numpyro distribution, got {self.prior!r}"
+            )
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "bounds", (low, high))
+        object.__setattr__(self, "estimate", bool(self.estimate))
+
+    def to_scale(self, x):
+        """A natural value on this unknown's scale."""
+        return {"lin": lambda v: v, "log": np.log, "log10": np.log10}[self.scale](x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observable:
+    """What is measured: `fn(t, y, p) -> scalar`, with `p` a dict of every parameter of the
+    study (model parameters as the experiment sets them, and the extras), `t` the time and `y`
+    the state.
+
+    - `noise`: the noise model of its measurements m around the prediction y: `"normal"`,
+      `"laplace"`, or either on log or log10 values (`"log-normal"`, `"log10-normal"`,
+      `"log-laplace"`, `"log10-laplace"`: then m and y must be positive).
+    - `sigma`: the noise's scale (standard deviation for normal, b for Laplace; on the log
+      scale for the log models): a number, the name of a parameter (an unknown: estimated
+      with the rest), or a function `sigma(t, y, p)`.
+    """
+
+    fn: Callable
+    noise: str = "normal"
+    sigma: Any = 1.0
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise TypeError(
+                f"Observable(fn, ...): fn must be callable as fn(t, y, p), got {self.fn!r}"
+            )
+        if self.noise not in NOISE_MODELS:
+            raise ValueError(f"Observable(noise={self.noise!r}) must be one of {NOISE_MODELS}")
+        sigma = self.sigma
+        if isinstance(sigma, numbers.Real) and not isinstance(sigma, bool):
+            if not (math.isfinite(sigma) and sigma > 0):
+                raise ValueError(f"Observable(sigma={sigma}) must be positive and finite")
+        elif not isinstance(sigma, str) and not callable(sigma):
+            raise TypeError(
+                "Observable(sigma=...) must be a number, the name of a parameter, or a "
+                f"function sigma(t, y, p), got {sigma!r}"
+            )
+
+    @property
+    def log_base(self) -> float | None:
+        """None on linear values, e or 10 for the log models."""
+        if self.noise.startswith("log10-"):
+            return 10.0
+        if self.noise.startswith("log-"):
+            return math.e
+        return None
+
+    @property
+    def laplace(self) -> bool:
+        return self.noise.endswith("laplace")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One experiment (condition) of a study.
+
+    - `data`: its measurements: a long table (a pandas DataFrame, or a dict of columns) with
+      columns `time`, `observable` (an observable's name) and `value`, one row per measurement
+      (repeated rows at one time are replicates; NaN values are left out); further columns
+      named after parameters override them for that row (a number, or another parameter's
+      name: PEtab's measurement-specific observable and noise parameters). Or a `ds.Data`
+      whose observables are named after the study's observables.
+    - `y0`: the initial state at `t0`: an array, or a function of the parameters `p -> y0`.
+    - `t0`: the start time (default 0).
+    - `set`: parameter name → a number or another parameter's name: this experiment's own
+      values (a dose, a condition-specific unknown such as `{"k2": "k2_treated"}`).
+    - `pre_equilibrate`: None; True (start from the steady state under this experiment's own
+      settings, reached from y0); or a dict of settings (as `set`, applied on top of the
+      experiment's) of the condition the system rested in before (its steady state, reached
+      from y0 under those settings, is the start). Derivatives by the implicit function
+      theorem (`ds.steady_state`).
+    - `name`: a label for tables and plots (default `"experiment <i>"`).
+    """
+
+    data: Any
+    y0: Any
+    t0: float = 0.0
+    set: Mapping | None = None
+    pre_equilibrate: Any = None
+    name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The measurements of one experiment in long form (one row each)."""
+
+    time: np.ndarray  # (rows,)
+    observable: np.ndarray  # (rows,) int: index into the study's observables
+    value: np.ndarray  # (rows,)
+    overrides: dict  # parameter name -> (rows,) object array of numbers or names
+
+
+class Problem:
+    """A study: a shared `model`, its `experiments`, its `observables` and its `unknowns`,
+    which `ds.fit` takes (`ds.fit(problem)`). See the module text and docs/fitting.md,
+    "Studies with many experiments".
+
+    **Arguments:**
+
+    - `model`: the model (`ds.AbstractODE`, or a `ds.ODE` whose `params` is a dict); its
+      scalar floating fields (or `params` keys) are the study's model parameters, at the
+      values the model holds unless an unknown or an experiment sets them.
+    - `experiments`: a list of `ds.Experiment`.
+    - `observables`: dict name → `ds.Observable`.
+    - `unknowns`: dict name → `ds.Unknown` (or a number: an estimated unknown without bounds
+      on the linear scale): model parameters and extra parameters (noise, scales, offsets,
+      condition-specific values) alike.
+    - `solver`, `max_steps`: how every experiment is simulated (default `ds.Rodas5P(rtol=1e-8,
+      atol=1e-10)`: stiff-safe, as models of biochemistry often are). Adaptive solvers only:
+      the experiments run as one batch with their own times.
+
+    `problem.llh(params)` is the log-likelihood (with the log-priors, `log_posterior`) at a
+    dict of natural values (default: every unknown's `value`); `problem.names` the estimated
+    unknowns in the order of every vector a fit reports.
+    """
+
+    def __init__(
+        self,
+        model: AbstractODE,
+        experiments,
+        observables: Mapping,
+        unknowns: Mapping,
+        *,
+        solver: AbstractSolver | None = None,
+        max_steps: int = 100_000,
+    ):
+        from .._solver.rosenbrock import Rodas5P
+        from .._validate import check_static_count
+
+        check_model("model", model)
+        self.model = model
+        self.model_parameters = model_parameters(model)
+        if not isinstance(observables, Mapping) or not observables:
+            raise ValueError(
+                "observables must be a non-empty dict name -> ds.Observable(fn, noise=, sigma=)"
+            )
+        for name, observable in observables.items():
+            if not isinstance(observable, Observable):
+                raise TypeError(
+                    f"observables[{name!r}] must be a ds.Observable, got "
+                    f"{type(observable).__name__}"
+                )
+        self.observables = {str(k): v for k, v in observables.items()}
+        self.unknowns = _checked_unknowns(unknowns)
+        if isinstance(experiments, Experiment):
+            experiments = [experiments]
+        if not isinstance(experiments, (list, tuple)) or not experiments:
+            raise ValueError("experiments must be a non-empty list of ds.Experiment")
+        for i, experiment in enumerate(experiments):
+            if not isinstance(experiment, Experiment):
+                raise TypeError(
+                    f"experiments[{i}] must be a ds.Experiment, got {type(experiment).__name__}"
+                )
+        named = [e.name or f"experiment {i}" for i, e in enumerate(experiments)]
+        if len(set(named)) != len(named):
+            raise ValueError(f"experiment names must differ, got {named}")
+        self.experiment_names = tuple(named)
+        self.experiments = tuple(experiments)
+        solver = Rodas5P(rtol=1e-8, atol=1e-10) if solver is None else solver
+        check_solver("solver", solver)
+        if not solver.adaptive:
+            raise TypeError(
+                f"a ds.Problem is simulated with an adaptive solver (each experiment runs its "
+                f"own times in one batch); {type(solver).__name__} takes fixed steps: use "
+                "ds.Rodas5P() (stiff-safe) or ds.Tsit5()"
+            )
+        self.solver = solver
+        self.max_steps = check_static_count("max_steps", max_steps)
+        self.parameter_names = tuple(self.model_parameters) + tuple(
+            n for n in self.unknowns if n not in self.model_parameters
+        )
+        self.names = tuple(n for n, u in self.unknowns.items() if u.estimate)
+        self.rows = tuple(
+            _rows(experiment, name, self.observables)
+            for experiment, name in zip(self.experiments, self.experiment_names)
+        )
+        self._check_references()
+        for name, observable in self.observables.items():
+            if observable.log_base is None:
+                continue
+            o = list(self.observables).index(name)
+            for rows, label in zip(self.rows, self.experiment_names):
+                bad = rows.value[(rows.observable == o) & ~(rows.value > 0)]
+                if bad.size:
+                    raise ValueError(
+                        f"{label}: observable {name!r} has {observable.noise} noise, but a "
+                        f"measurement of it is {bad[0]:g}: its logarithm is undefined (use "
+                        "normal noise, or leave the value out)"
+                    )
+        self.tables = build_tables(self)
+        self._compiled = {}
+
+    # --- checks --------------------------------------------------------------------------------
+
+    def _check_references(self):
+        known = set(self.parameter_names)
+
+        def check(name, where):
+            if name not in known:
+                raise ValueError(
+                    f"{where} names {name!r}, which is neither a parameter of "
+                    f"{type(self.model).__name__} ({', '.join(self.model_parameters) or 'none'}) "
+                    f"nor an unknown ({', '.join(self.unknowns) or 'none'}): add it to unknowns"
+                )
+
+        for name, observable in self.observables.items():
+            if isinstance(observable.sigma, str):
+                check(observable.sigma, f"observables[{name!r}].sigma")
+        for experiment, label, rows in zip(self.experiments, self.experiment_names, self.rows):
+            for key, value in (experiment.set or {}).items():
+                check(key, f"{label}'s set")
+                if isinstance(value, str):
+                    check(value, f"{label}'s set[{key!r}]")
+            if isinstance(experiment.pre_equilibrate, Mapping):
+                for key, value in experiment.pre_equilibrate.items():
+                    check(key, f"{label}'s pre_equilibrate")
+                    if isinstance(value, str):
+                        check(value, f"{label}'s pre_equilibrate[{key!r}]")
+            for key, column in rows.overrides.items():
+                check(key, f"{label}'s data column")
+                for value in column:
+                    if isinstance(value, str):
+                        check(value, f"{label}'s data column {key!r}")
+
+    # --- evaluation ----------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        rows = sum(len(r.time) for r in self.rows)
+        return (
+            f"Problem({type(self.model).__name__}: {len(self.experiments)} experiments, "
+            f"{len(self.observables)} observables, {rows} measurements, {len(self.names)} "
+            "unknowns)"
+        )
+
+    def theta(self, params: Mapping | None = None) -> np.ndarray:
+        """The estimated unknowns as a vector of natural values in the order of `names`
+        (`params` name → value overrides their `value`s)."""
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(self.names))
+        if unknown:
+            raise ValueError(f"params names {unknown}, which are not estimated unknowns")
+        return np.asarray(
+            [float(params.get(n, self.unknowns[n].value)) for n in self.names], np.float64
+        )
+
+    def llh(self, params: Mapping | None = None) -> float:
+        """The log-likelihood of every measurement at `params` (natural values of estimated
+        unknowns; the others at their `value`), without the priors."""
+        return float(self._evaluate(params)[0])
+
+    def log_posterior(self, params: Mapping | None = None) -> float:
+        """The log-likelihood plus the log-priors (unnormalised)."""
+        llh, log_prior = self._evaluate(params)
+        return float(llh + log_prior)
+
+    def predictions(self, params: Mapping | None = None) -> list[dict]:
+        """Per experiment: `time`, `observable` (names), `value` (measured) and `prediction`
+        (the model's) of every measurement, at `params`."""
+        theta = self._theta_array(params)
+        predicted = np.asarray(evaluate_predictions(self, theta))
+        out, start = [], 0
+        names = np.asarray(list(self.observables), dtype=object)
+        for rows in self.rows:
+            end = start + len(rows.time)
+            out.append(
+                dict(
+                    time=rows.time,
+                    observable=names[rows.observable],
+                    value=rows.value,
+                    prediction=predicted[start:end],
+                )
+            )
+            start = end
+        return out
+
+    def _theta_array(self, params):
+        dtype = jnp.result_type(float)
+        return jnp.asarray(self.theta(params), dtype)
+
+    def _evaluate(self, params):
+        return tuple(np.asarray(v) for v in evaluate_llh(self, self._theta_array(params)))
+
+
+# --- parameters of a model ------------------------------------------------------------------------
+
+
+def model_parameters(model) -> dict[str, Callable]:
+    """name → accessor `model -> value` of every scalar floating parameter of `model`: its
+    fields, or the keys of a `ds.ODE`'s `params` dict (nested dicts by their own keys)."""
+    found = {}
+    if isinstance(model, ODE) and isinstance(model.params, Mapping):
+        for key, value in model.params.items():
+            if _is_scalar_float(value):
+                found[str(key)] = lambda m, key=key: m.params[key]
+        return found
+    for field in dataclasses.fields(model):
+        value = getattr(model, field.name, None)
+        if _is_scalar_float(value):
+            found[field.name] = lambda m, name=field.name: getattr(m, name)
+    return found
+
+
+def _is_scalar_float(value) -> bool:
+    return (
+        hasattr(value, "dtype")
+        and jnp.ndim(value) == 0
+        and jnp.issubdtype(jnp.result_type(value), jnp.floating)
+    )
+
+
+def _checked_unknowns(unknowns) -> dict[str, Unknown]:
+    if not isinstance(unknowns, Mapping):
+        raise TypeError(
+            "unknowns must be a dict name -> ds.Unknown(value, bounds=, scale=), got "
+            f"{type(unknowns).__name__}"
+        )
+    out = {}
+    for name, unknown in unknowns.items():
+        if isinstance(unknown, numbers.Real) and not isinstance(unknown, bool):
+            unknown = Unknown(float(unknown))
+        if not isinstance(unknown, Unknown):
+            raise TypeError(f"unknowns[{name!r}] must be a ds.Unknown or a number, got {unknown!r}")
+        out[str(name)] = unknown
+    if not any(u.estimate for u in out.values()):
+        raise ValueError("no unknown is estimated: nothing to fit (estimate=True on at least one)")
+    return out
+
+
+# --- measurements in long form -------------------------------------------------------------------
+
+
+def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
+    names = list(observables)
+    data = experiment.data
+    if isinstance(data, Data):
+        columns = data.names or (tuple(names) if data.num_observables == len(names) else None)
+        if columns is None:
+            raise ValueError(
+                f"{label}: its ds.Data has no observable names; name them after the study's "
+                f"observables ({names})"
+            )
+        values = data.values.reshape(len(data.ts), -1)
+        table = {"time": [], "observable": [], "value": []}
+        for j, column in enumerate(columns):
+            for t, v in zip(data.ts, values[:, j]):
+                table["time"].append(t)
+                table["observable"].append(column)
+                table["value"].append(v)
+    elif type(data).__module__.split(".")[0] == "pandas":
+        table = {str(c): data[c].to_numpy() for c in data.columns}
+    elif isinstance(data, Mapping):
+        table = {str(k): v for k, v in data.items()}
+    else:
+        raise TypeError(
+            f"{label}: data must be a long table (a pandas DataFrame or a dict with columns "
+            f"time, observable, value) or a ds.Data, got {type(data).__name__}"
+        )
+    missing = [c for c in ("time", "observable", "value") if c not in table]
+    if missing:
+        raise ValueError(f"{label}: its data have no column {missing} (it has {list(table)})")
+    time = np.asarray(table["time"], dtype=np.float64).ravel()
+    value = np.asarray(table["value"], dtype=np.float64).ravel()
+    observable = np.asarray(table["observable"], dtype=object).ravel()
+    if not len(time) == len(value) == len(observable):
+        raise ValueError(f"{label}: the columns time, observable and value differ in length")
+    unknown_names = sorted({str(o) for o in observable} - set(names))
+    if unknown_names:
+        raise ValueError(
+            f"{label}: its data name observables {unknown_names} the study does not define "
+            f"(it has {names})"
+        )
+    if np.any(np.isinf(value)):
+        raise ValueError(f"{label}: its data values hold inf; mark missing values with NaN")
+    if not np.all(np.isfinite(time)):
+        raise ValueError(f"{label}: its data times hold NaN or inf")
+    if len(time) and time.min() < float(experiment.t0):
+        raise ValueError(
+            f"{label}: a measurement at t = {time.min():g} precedes its t0 = {experiment.t0:g}"
+        )
+    keep = ~np.isnan(value)
+    index = np.asarray([names.index(str(o)) for o in observable], dtype=np.int32)
+    overrides = {}
+    for column, cells in table.items():
+        if column in ("time", "observable", "value"):
+            continue
+        cells = np.asarray(cells, dtype=object).ravel()
+        if len(cells) != len(time):
+            raise ValueError(f"{label}: its data column {column!r} differs in length")
+        overrides[column] = cells[keep]
+    if not np.any(keep):
+        raise ValueError(f"{label}: every value of its data is missing")
+    return Rows(time[keep], index[keep], value[keep], overrides)
+
+
+# --- the index tables the compiled objective reads ------------------------------------------------
+
+CONSTANT, ESTIMATED = 0, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterTable:
+    """Every parameter's value in a set of settings (rows: experiments, measurements …),
+    from the estimated unknowns θ: `kind` CONSTANT takes `constant`, ESTIMATED takes
+    θ[index]."""
+
+    kind: np.ndarray  # (rows, parameters) int
+    index: np.ndarray  # (rows, parameters) int: into θ
+    constant: np.ndarray  # (rows, parameters) float
+
+    def values(self, theta):
+        """(rows, parameters) values for natural θ (traced)."""
+        picked = theta[jnp.asarray(self.index)]
+        return jnp.where(
+            jnp.asarray(self.kind) == ESTIMATED, picked, self.constant.astype(theta.dtype)
+        )
+
+    def take(self, rows) -> "ParameterTable":
+        return ParameterTable(self.kind[rows], self.index[rows], self.constant[rows])
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Experiments simulated as one batch (the same kind of initial state and
+    pre-equilibration): their settings, start times and padded output times."""
+
+    members: tuple[int, ...]  # experiment indices
+    settings: ParameterTable  # (members, parameters)
+    pre: ParameterTable | None  # (members, parameters) settings of the pre-equilibration
+    y0: np.ndarray | None  # (members, n) arrays, or None when y0 is a function
+    y0_fn: Callable | None
+    ts: np.ndarray  # (members, times) t0 first, padded past the last time
+    # per measurement row of these experiments (in study order): member and time index
+    row_member: np.ndarray
+    row_time: np.ndarray
+    rows: np.ndarray  # indices of these rows among all the study's rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    """Everything static the objective needs, as index arrays and constants."""
+
+    groups: tuple[Group, ...]
+    rows: ParameterTable  # (measurements, parameters): each measurement's settings
+    row_time: np.ndarray  # (measurements,)
+    row_value: np.ndarray  # (measurements,)
+    row_observable: np.ndarray  # (measurements,)
+    lower: np.ndarray  # (unknowns,) bounds on each unknown's scale
+    upper: np.ndarray
+    scales: tuple[str, ...]
+
+
+def build_tables(problem: Problem) -> Tables:
+    names = problem.parameter_names
+    position = {n: k for k, n in enumerate(names)}
+    estimated = {n: i for i, n in enumerate(problem.names)}
+    base_kind = np.zeros(len(names), np.int32)
+    base_index = np.zeros(len(names), np.int32)
+    base_constant = np.zeros(len(names), np.float64)
+    for k, name in enumerate(names):
+        if name in estimated:
+            base_kind[k], base_index[k] = ESTIMATED, estimated[name]
+        elif name in problem.unknowns:
+            base_constant[k] = problem.unknowns[name].value
+        else:
+            base_constant[k] = float(problem.model_parameters[name](problem.model))
+
+    def resolve(value, where):
+        """A setting's source: (kind, index, constant)."""
+        if isinstance(value, str):
+            k = position[value]
+            return base_kind[k], base_index[k], base_constant[k]
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{where} must be a number or a parameter's name, got {value!r}"
+            ) from None
+        if not math.isfinite(number):
+            raise ValueError(f"{where} = {number} is not finite")
+        return CONSTANT, 0, number
+
+    def settings(overrides: Mapping | None, where: str, start=None):
+        kind = base_kind.copy() if start is None else start[0].copy()
+        index = base_index.copy() if start is None else start[1].copy()
+        constant = base_constant.copy() if start is None else start[2].copy()
+        for key, value in (overrides or {}).items():
+            k = position[key]
+            kind[k], index[k], constant[k] = resolve(value, f"{where}[{key!r}]")
+        return kind, index, constant
+
+    per_experiment, per_pre = [], []
+    for experiment, label in zip(problem.experiments, problem.experiment_names):
+        own = settings(experiment.set, f"{label}'s set")
+        per_experiment.append(own)
+        pre = experiment.pre_equilibrate
+        if pre is None or pre is False:
+            per_pre.append(None)
+        elif pre is True:
+            per_pre.append(own)
+        elif isinstance(pre, Mapping):
+            per_pre.append(settings(pre, f"{label}'s pre_equilibrate", start=own))
+        else:
+            raise TypeError(
+                f"{label}: pre_equilibrate must be None, True or a dict of settings, got {pre!r}"
+            )
+
+    # each measurement's settings: its experiment's, then its row's overrides
+    row_kind, row_index, row_constant = [], [], []
+    times, values, observables = [], [], []
+    for e, rows in enumerate(problem.rows):
+        kind, index, constant = per_experiment[e]
+        n = len(rows.time)
+        kinds = np.tile(kind, (n, 1))
+        indices = np.tile(index, (n, 1))
+        constants = np.tile(constant, (n, 1))
+        for column, cells in rows.overrides.items():
+            k = position[column]
+            for r, cell in enumerate(cells):
+                if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+                    continue
+                kinds[r, k], indices[r, k], constants[r, k] = resolve(
+                    cell, f"{problem.experiment_names[e]}'s data column {column!r}"
+                )
+        row_kind.append(kinds)
+        row_index.append(indices)
+        row_constant.append(constants)
+        times.append(rows.time)
+        values.append(rows.value)
+        observables.append(rows.observable)
+    row_table = ParameterTable(
+        np.concatenate(row_kind), np.concatenate(row_index), np.concatenate(row_constant)
+    )
+    offsets = np.cumsum([0] + [len(r.time) for r in problem.rows])
+
+    groups = _groups(problem, per_experiment, per_pre, offsets)
+    lower, upper = [], []
+    for name in problem.names:
+        unknown = problem.unknowns[name]
+        low, high = unknown.bounds
+        with np.errstate(divide="ignore"):
+            lower.append(float(unknown.to_scale(low)) if low > -math.inf else -math.inf)
+            upper.append(float(unknown.to_scale(high)) if high < math.inf else math.inf)
+    return Tables(
+        groups=groups,
+        rows=row_table,
+        row_time=np.concatenate(times),
+        row_value=np.concatenate(values),
+        row_observable=np.concatenate(observables),
+        lower=np.asarray(lower),
+        upper=np.asarray(upper),
+        scales=tuple(problem.unknowns[n].scale for n in problem.names),
+    )
+
+
+def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
+    """Experiments that share the kind of their initial state (an array, or the same function)
+    and of their pre-equilibration run as one vmapped batch."""
+    keys = {}
+    for e, experiment in enumerate(problem.experiments):
+        y0 = experiment.y0
+        if callable(y0):
+            kind = ("function", id(y0))
+        else:
+            kind = ("array",)
+        keys.setdefault((kind, per_pre[e] is not None), []).append(e)
+    groups = []
+    for (kind, pre), members in keys.items():
+        members = tuple(members)
+        table = ParameterTable(
+            *(np.stack([per_experiment[e][i] for e in members]) for i in range(3))
+        )
+        pre_table = None
+        if pre:
+            pre_table = ParameterTable(
+                *(np.stack([per_pre[e][i] for e in members]) for i in range(3))
+            )
+        y0s, y0_fn = None, None
+        if kind[0] == "function":
+            y0_fn = problem.experiments[members[0]].y0
+        else:
+            y0s = np.stack([_y0_array(problem, e) for e in members])
+        grids = [_grid(problem.experiments[e].t0, problem.rows[e].time) for e in members]
+        width = max(len(g) for g in grids)
+        ts = np.stack([_padded(g, width) for g in grids])
+        row_member, row_time, row_ids = [], [], []
+        for m, e in enumerate(members):
+            grid = grids[m]
+            times = problem.rows[e].time
+            row_member.append(np.full(len(times), m, np.int32))
+            row_time.append(np.searchsorted(grid, times).astype(np.int32))
+            row_ids.append(np.arange(offsets[e], offsets[e + 1]))
+        groups.append(
+            Group(
+                members=members,
+                settings=table,
+                pre=pre_table,
+                y0=y0s,
+                y0_fn=y0_fn,
+                ts=ts,
+                row_member=np.concatenate(row_member),
+                row_time=np.concatenate(row_time),
+                rows=np.concatenate(row_ids),
+            )
+        )
+    return tuple(groups)
+
+
+def _y0_array(problem, e) -> np.ndarray:
+    experiment = problem.experiments[e]
+    label = problem.experiment_names[e]
+    try:
+        y0 = np.asarray(experiment.y0, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{label}: y0 must be an array or a function of the parameters p -> y0, got "
+            f"{experiment.y0!r}"
+        ) from None
+    if y0.ndim != 1 or not np.all(np.isfinite(y0)):
+        raise ValueError(f"{label}: y0 must be a finite 1-D array, got {y0!r}")
+    return y0
+
+
+def _grid(t0, times) -> np.ndarray:
+    """The output times of one experiment: t0, then its distinct measurement times."""
+    return np.unique(np.concatenate([[float(t0)], np.asarray(times, np.float64)]))
+
+
+def _padded(grid: np.ndarray, width: int) -> np.ndarray:
+    """`grid` extended to `width` strictly increasing times just past its end (their states
+    are not read: a batch needs one shape, and the step to them is negligible)."""
+    extra = width - len(grid)
+    if extra == 0:
+        return grid
+    end = grid[-1]
+    step = 1e-9 * max(1.0, abs(end))
+    return np.concatenate([grid, end + step * np.arange(1, extra + 1)])

@@ -1,0 +1,321 @@
+"""The compiled objective of a `ds.Problem`: simulate every experiment (each group of
+experiments as one `vmap`ped batch), evaluate every measurement's observable and noise, and
+return the negative log-likelihood, or residuals whose sum of squares is twice it (plus a
+constant), for least-squares optimisers.
+
+Residual form (Data2Dynamics' error model, Raue et al. 2013): a measurement with normal noise
+contributes (m − y)/σ and √(log(2πσ²) + C), so that Σ r² = 2·NLL + const and a
+Levenberg–Marquardt step sees how σ enters; a Laplace one √(2(log 2σ + |m − y|/σ) + C) (not
+smooth at m = y: `ds.fit` minimises those by BFGS); a prior √(2(−log π(x)) + C). C keeps the
+roots real for σ (and densities) down to e^(−C/2); below that the root is held at 0 (a σ of
+1e-9 is no measurement's noise).
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._integrate.simulate import simulate
+from .._integrate.steady_state import steady_state
+from .problem import kind_of, to_natural, to_unconstrained
+
+# keeps √(log(2πσ²) + C) and √(2(−log π) + C) real for σ ≳ 1e-9 and densities ≲ e^20
+RESIDUAL_OFFSET = 40.0
+
+
+# --- a study's parameters ------------------------------------------------------------------
+
+
+def simulation_model(problem, values):
+    """The model with its parameters set from `values` (one entry per parameter name; the
+    extras are ignored)."""
+    model = problem.model
+    names = list(problem.model_parameters)
+    if not names:
+        return model
+    getters = [problem.model_parameters[n] for n in names]
+    replacements = [
+        values[k].astype(jnp.result_type(getter(model))) for k, getter in enumerate(getters)
+    ]
+    return eqx.tree_at(lambda m: [g(m) for g in getters], model, replacements)
+
+
+def parameters_dict(problem, values) -> dict:
+    """The dict `p` the study's functions see: every parameter by name."""
+    return {name: values[k] for k, name in enumerate(problem.parameter_names)}
+
+
+# --- scales and the optimiser's coordinates ------------------------------------------------------
+
+
+def to_natural_values(theta_scaled, scales):
+    """Values on each unknown's scale → natural values."""
+    scales = np.asarray(scales)
+    return jnp.where(
+        scales == "log10",
+        10.0**theta_scaled,
+        jnp.where(scales == "log", jnp.exp(theta_scaled), theta_scaled),
+    )
+
+
+def to_scaled_values(x, scales):
+    """Natural values → each unknown's scale."""
+    scales = np.asarray(scales)
+    safe = jnp.where(scales == "lin", 1.0, x)
+    return jnp.where(
+        scales == "log10", jnp.log10(safe), jnp.where(scales == "log", jnp.log(safe), x)
+    )
+
+
+def natural_on_host(theta_scaled, scales) -> np.ndarray:
+    """`to_natural_values` in NumPy, for host-side tables (nothing compiled)."""
+    scales = np.asarray(scales)
+    x = np.asarray(theta_scaled, np.float64)
+    with np.errstate(over="ignore"):
+        return np.where(scales == "log10", 10.0**x, np.where(scales == "log", np.exp(x), x))
+
+
+def scaled_on_host(x, scales) -> np.ndarray:
+    """`to_scaled_values` in NumPy."""
+    scales = np.asarray(scales)
+    x = np.asarray(x, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(scales == "log10", np.log10(x), np.where(scales == "log", np.log(x), x))
+
+
+def bound_kinds(tables) -> tuple[str, ...]:
+    return tuple(kind_of(lo, hi) for lo, hi in zip(tables.lower, tables.upper))
+
+
+def _finite(bound, fill):
+    return np.where(np.isfinite(bound), bound, fill)
+
+
+def scaled_from_u(u, tables):
+    """The optimiser's unconstrained coordinates → values on each unknown's scale, strictly
+    inside its bounds (a logistic map between two bounds: uniform on the scale, so ten decades
+    of a log10 unknown are ten equal stretches of u)."""
+    lower = jnp.asarray(_finite(tables.lower, 0.0), u.dtype)
+    upper = jnp.asarray(_finite(tables.upper, 0.0), u.dtype)
+    return to_natural(u, lower, upper, bound_kinds(tables))
+
+
+def u_from_scaled(theta_scaled, tables):
+    lower = jnp.asarray(_finite(tables.lower, 0.0), theta_scaled.dtype)
+    upper = jnp.asarray(_finite(tables.upper, 0.0), theta_scaled.dtype)
+    return to_unconstrained(theta_scaled, lower, upper, bound_kinds(tables))
+
+
+# --- simulations and measurements -------------------------------------------------------------
+
+
+def _simulate_group(problem, group, theta, dtype):
+    """States at the group's output times, (members, times, n); NaN for a member whose
+    simulation (or pre-equilibration) failed."""
+    settings = group.settings.values(theta)
+    pre = None if group.pre is None else group.pre.values(theta)
+    y0s = None if group.y0 is None else jnp.asarray(group.y0, dtype)
+    ts = jnp.asarray(group.ts, dtype)
+
+    def initial(values, y0):
+        if group.y0_fn is None:
+            return y0
+        return jnp.asarray(group.y0_fn(parameters_dict(problem, values)), dtype)
+
+    def member(values, pre_values, y0, times):
+        model = simulation_model(problem, values)
+        start = initial(values, y0)
+        if pre_values is not None:
+            rest = steady_state(
+                simulation_model(problem, pre_values),
+                initial(pre_values, y0),
+                t0=times[0],
+                throw=False,
+            )
+            start = jnp.where(rest.succeeded, rest.y, jnp.nan)
+        solution = simulate(
+            model,
+            start,
+            times,
+            solver=problem.solver,
+            max_steps=problem.max_steps,
+            throw=False,
+        )
+        return jnp.where(solution.succeeded, solution.ys, jnp.nan)
+
+    axes = (0, None if pre is None else 0, None if y0s is None else 0, 0)
+    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts)
+
+
+def row_states(problem, theta, dtype):
+    """The state at every measurement, (measurements, n), in the study's row order."""
+    tables = problem.tables
+    pieces, order = [], []
+    for group in tables.groups:
+        states = _simulate_group(problem, group, theta, dtype)
+        pieces.append(states[jnp.asarray(group.row_member), jnp.asarray(group.row_time)])
+        order.append(group.rows)
+    stacked = jnp.concatenate(pieces)
+    inverse = np.argsort(np.concatenate(order))
+    return stacked[jnp.asarray(inverse)]
+
+
+def observe(problem, theta, states, dtype):
+    """(predictions, σ) of every measurement, each (measurements,)."""
+    tables = problem.tables
+    values = tables.rows.values(theta)
+    times = jnp.asarray(tables.row_time, dtype)
+    predictions = jnp.zeros(len(tables.row_time), dtype)
+    sigmas = jnp.ones(len(tables.row_time), dtype)
+    for o, observable in enumerate(problem.observables.values()):
+        rows = np.nonzero(tables.row_observable == o)[0]
+        if rows.size == 0:
+            continue
+
+        def one(t, y, row_values, observable=observable):
+            p = parameters_dict(problem, row_values)
+            prediction = jnp.asarray(observable.fn(t, y, p), dtype)
+            sigma = observable.sigma
+            if isinstance(sigma, str):
+                sigma = p[sigma]
+            elif callable(sigma):
+                sigma = sigma(t, y, p)
+            return prediction, jnp.asarray(sigma, dtype)
+
+        index = jnp.asarray(rows)
+        prediction, sigma = jax.vmap(one)(times[index], states[index], values[index])
+        predictions = predictions.at[index].set(prediction.reshape(-1))
+        sigmas = sigmas.at[index].set(sigma.reshape(-1))
+    return predictions, sigmas
+
+
+def noise_constants(problem):
+    """Static per-measurement arrays of the noise models: (logged, ln of the log's base (1
+    where not logged), the measurement on the noise model's scale, its log-Jacobian (log m
+    for log, log(m ln 10) for log10, 0 on linear values), Laplace or not)."""
+    tables = problem.tables
+    observables = list(problem.observables.values())
+    base = np.asarray([o.log_base or 0.0 for o in observables])[tables.row_observable]
+    laplace = np.asarray([o.laplace for o in observables])[tables.row_observable]
+    logged = base > 0
+    ln_base = np.log(np.where(logged, base, math.e))
+    log_measured = np.log(np.where(logged, tables.row_value, 1.0))
+    measured = np.where(logged, log_measured / ln_base, tables.row_value)
+    jacobian = np.where(logged, log_measured + np.log(ln_base), 0.0)
+    return logged, ln_base, measured, jacobian, laplace
+
+
+def _noise_terms(problem, predictions, sigmas, dtype):
+    """Per measurement: ((m − y)/σ on the noise model's scale, σ, the negative
+    log-likelihood, the log-Jacobian of m's transformation)."""
+    logged, ln_base, measured, jacobian, laplace = noise_constants(problem)
+    positive = predictions > 0
+    safe = jnp.where(positive | ~logged, predictions, 1.0)
+    transformed = jnp.where(logged, jnp.log(safe) / jnp.asarray(ln_base, dtype), predictions)
+    # a log model of a prediction that is not positive: no likelihood (NaN, an infinite loss)
+    transformed = jnp.where(jnp.asarray(logged) & ~positive, jnp.nan, transformed)
+    difference = jnp.asarray(measured, dtype) - transformed
+    valid_sigma = sigmas > 0
+    sigma = jnp.where(valid_sigma, sigmas, 1.0)
+    normal = 0.5 * jnp.log(2 * jnp.pi * sigma**2) + 0.5 * (difference / sigma) ** 2
+    laplacian = jnp.log(2 * sigma) + jnp.abs(difference) / sigma
+    jacobian = jnp.asarray(jacobian, dtype)
+    nll = jnp.where(jnp.asarray(laplace), laplacian, normal) + jacobian
+    nll = jnp.where(valid_sigma, nll, jnp.nan)
+    return difference / sigma, sigma, nll, jacobian
+
+
+def _prior_terms(problem, theta, dtype):
+    """−log π(x) of every estimated unknown with a prior, (with priors,)."""
+    terms = []
+    for i, name in enumerate(problem.names):
+        prior = problem.unknowns[name].prior
+        if prior is not None:
+            terms.append(-jnp.asarray(prior.log_prob(theta[i]), dtype))
+    return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
+
+
+def negative_log_likelihood(problem, theta):
+    """(NLL of the measurements, −log-prior) at natural θ (traced)."""
+    dtype = theta.dtype
+    states = row_states(problem, theta, dtype)
+    predictions, sigmas = observe(problem, theta, states, dtype)
+    _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype)
+    return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))
+
+
+def residuals(problem, theta):
+    """Residuals whose sum of squares is 2·(NLL − log-prior) + a constant (see the module
+    text), at natural θ (traced): the measurements' (m − y)/σ, their √(log 2πσ² + C) (or the
+    Laplace form), then the priors'."""
+    dtype = theta.dtype
+    states = row_states(problem, theta, dtype)
+    predictions, sigmas = observe(problem, theta, states, dtype)
+    scaled, sigma, nll, jacobian = _noise_terms(problem, predictions, sigmas, dtype)
+    laplace = noise_constants(problem)[4]
+    offset = RESIDUAL_OFFSET
+    normal_root = jnp.sqrt(jnp.maximum(jnp.log(2 * jnp.pi * sigma**2) + offset, 0.0))
+    laplace_root = jnp.sqrt(jnp.maximum(2 * (nll - jacobian) + offset, 0.0))
+    first = jnp.where(jnp.asarray(laplace), 0.0, scaled)
+    second = jnp.where(jnp.asarray(laplace), laplace_root, normal_root)
+    # a measurement the model cannot predict (NaN) makes the residuals NaN: the loss is then
+    # infinite, and the optimiser steps back
+    first = jnp.where(jnp.isfinite(nll), first, jnp.nan)
+    prior = _prior_terms(problem, theta, dtype)
+    prior_roots = jnp.sqrt(jnp.maximum(2 * prior + offset, 0.0))
+    return jnp.concatenate([first, second, prior_roots])
+
+
+def fisher_residuals(problem, theta):
+    """Residuals whose Jacobian J gives the expected Fisher information JᵀJ of the
+    measurements at natural θ: (m − y)/σ with σ held, and c·log σ with y held (c = √2 for
+    normal noise, 1 for Laplace: the information about log σ of one measurement)."""
+    dtype = theta.dtype
+    states = row_states(problem, theta, dtype)
+    predictions, sigmas = observe(problem, theta, states, dtype)
+    held = jax.lax.stop_gradient
+    scaled, _, _, _ = _noise_terms(problem, predictions, held(sigmas), dtype)
+    laplace = noise_constants(problem)[4]
+    weight = jnp.asarray(np.where(laplace, 1.0, math.sqrt(2.0)), dtype)
+    spread = weight * jnp.log(jnp.where(sigmas > 0, sigmas, jnp.nan))
+    return jnp.concatenate([scaled, spread])
+
+
+def prior_hessian(problem, scaled):
+    """The Hessian of the negative log-priors with respect to the unknowns on their scales."""
+
+    def total(scaled):
+        theta = to_natural_values(scaled, problem.tables.scales)
+        return jnp.sum(_prior_terms(problem, theta, scaled.dtype))
+
+    return jax.hessian(total)(scaled)
+
+
+def residual_constant(problem) -> float:
+    """The constant c in Σ r² = 2·(NLL − log-prior) + c, for converting a loss to a NLL:
+    C per measurement and prior, minus twice the measurements' log-Jacobians."""
+    _, _, _, jacobian, _ = noise_constants(problem)
+    priors = sum(problem.unknowns[n].prior is not None for n in problem.names)
+    rows = len(problem.tables.row_time)
+    return RESIDUAL_OFFSET * (rows + priors) - 2 * float(np.sum(jacobian))
+
+
+# --- entry points compiled once per problem -------------------------------------------------------
+
+
+# one compiled program per problem (a Problem is a static argument: hashed by identity)
+@eqx.filter_jit
+def evaluate_llh(problem, theta):
+    """(log-likelihood, log-prior) at natural θ."""
+    nll, prior = negative_log_likelihood(problem, theta)
+    return -nll, -prior
+
+
+@eqx.filter_jit
+def evaluate_predictions(problem, theta):
+    """The model's prediction of every measurement at natural θ."""
+    states = row_states(problem, theta, theta.dtype)
+    return observe(problem, theta, states, theta.dtype)[0]

@@ -1,0 +1,229 @@
+"""`ds.Problem`: studies of several experiments with observation and noise models, fitted by
+maximum likelihood, against closed forms: σ and log10 noise by their maximum-likelihood
+formulas, Laplace noise by the median, condition-specific unknowns, parametric initial states
+and pre-equilibration from exact data, a prior's posterior mode and spread from the conjugate
+normal case; the bad descriptions a study refuses."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import diffsim as ds
+
+DECAY = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
+
+
+def _long(times, observable, values):
+    return {"time": np.asarray(times), "observable": [observable] * len(times), "value": values}
+
+
+def _concat(*tables):
+    return {
+        key: np.concatenate([np.asarray(t[key], dtype=object) for t in tables]) for key in tables[0]
+    }
+
+
+def test_noise_levels_by_maximum_likelihood_with_replicates_and_log10_noise():
+    """y = e^{−kt}: "A" measured twice per time (replicates) with normal noise, "B" = 10 y with
+    log10-normal noise. At the optimum the σ's are their closed forms given k̂: the RMS of
+    the residuals (on the log10 scale for B); the log-likelihood is PEtab's formula."""
+    rng = np.random.default_rng(0)
+    ts = np.linspace(0.5, 5.0, 10)
+    a = np.exp(-0.5 * np.concatenate([ts, ts])) + 0.05 * rng.normal(size=20)
+    b = 10 * np.exp(-0.5 * ts) * 10 ** (0.1 * rng.normal(size=10))
+    data = _concat(_long(np.concatenate([ts, ts]), "A", a), _long(ts, "B", b))
+    problem = ds.Problem(
+        DECAY,
+        [ds.Experiment(data, y0=jnp.array([1.0]))],
+        {
+            "A": ds.Observable(lambda t, y, p: y[0], sigma="sigma_A"),
+            "B": ds.Observable(lambda t, y, p: 10 * y[0], noise="log10-normal", sigma="sigma_B"),
+        },
+        {
+            "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
+            "sigma_A": ds.Unknown(1.0, bounds=(1e-4, 1e2), scale="log10"),
+            "sigma_B": ds.Unknown(1.0, bounds=(1e-4, 1e2), scale="log10"),
+        },
+    )
+    result = ds.fit(problem)
+    assert result.converged and result.starts_reached == 1
+    k = result.params["k"]
+    pred_a = np.exp(-k * np.concatenate([ts, ts]))
+    pred_b = 10 * np.exp(-k * ts)
+    sigma_a = np.sqrt(np.mean((a - pred_a) ** 2))
+    sigma_b = np.sqrt(np.mean((np.log10(b) - np.log10(pred_b)) ** 2))
+    # the optimiser's tolerance (1e-8 on the step) and the solve's (rtol 1e-8)
+    assert result.params["sigma_A"] == pytest.approx(sigma_a, rel=1e-6)
+    assert result.params["sigma_B"] == pytest.approx(sigma_b, rel=1e-6)
+    llh = (
+        stats.norm.logpdf(a, pred_a, sigma_a).sum()
+        + (stats.norm.logpdf(np.log10(b), np.log10(pred_b), sigma_b) - np.log(b * np.log(10))).sum()
+    )
+    assert result.llh == pytest.approx(llh, abs=1e-6)
+    assert problem.llh(result.params) == pytest.approx(result.llh, abs=1e-9)
+    # a σ from 30 values (20 + 10): its log10 standard error from the Fisher information,
+    # 1/(√(2n) ln 10)
+    assert result.stderr["sigma_B"] == pytest.approx(1 / (np.sqrt(20) * np.log(10)), rel=0.05)
+
+
+class _Turnover(ds.AbstractODE):
+    """y' = k_in + stimulus − k_out y: at rest (k_in + stimulus)/k_out."""
+
+    k_in: jnp.ndarray
+    k_out: jnp.ndarray
+    stimulus: jnp.ndarray
+
+    def vector_field(self, t, y, args=None):
+        return self.k_in + self.stimulus - self.k_out * y
+
+
+def _turnover(t, start, k_in, k_out, stimulus):
+    rest = (k_in + stimulus) / k_out
+    return rest + (start - rest) * np.exp(-k_out * t)
+
+
+def test_conditions_parametric_starts_and_pre_equilibration_from_exact_data():
+    """Three experiments of one model: a parametric start y0 = y_start (unstimulated); a
+    stimulus after rest (pre-equilibration without it); the same with a condition-specific
+    k_out_treated (which its rest uses too). Exact data: every unknown recovered."""
+    truth = dict(k_in=2.0, k_out=0.5, k_out_treated=1.5, y_start=0.3)
+    ts = np.linspace(0.5, 8.0, 12)
+    unstimulated = _turnover(ts, truth["y_start"], 2.0, 0.5, 0.0)
+    stimulated = _turnover(ts, 2.0 / 0.5, 2.0, 0.5, 1.0)
+    treated = _turnover(ts, 2.0 / 1.5, 2.0, 1.5, 1.0)
+    observables = {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
+    experiments = [
+        ds.Experiment(_long(ts, "y", unstimulated), y0=lambda p: jnp.stack([p["y_start"]])),
+        ds.Experiment(
+            _long(ts, "y", stimulated),
+            y0=jnp.array([1.0]),
+            set={"stimulus": 1.0},
+            pre_equilibrate={"stimulus": 0.0},
+        ),
+        ds.Experiment(
+            _long(ts, "y", treated),
+            y0=jnp.array([1.0]),
+            set={"stimulus": 1.0, "k_out": "k_out_treated"},
+            pre_equilibrate={"stimulus": 0.0},
+            name="treated",
+        ),
+    ]
+    unknowns = {
+        name: ds.Unknown(1.0, bounds=(1e-3, 1e3), scale="log10")
+        for name in ("k_in", "k_out", "k_out_treated", "y_start")
+    }
+    model = _Turnover(jnp.array(1.0), jnp.array(1.0), jnp.array(0.0))
+    problem = ds.Problem(model, experiments, observables, unknowns)
+    result = ds.fit(problem)
+    assert result.converged
+    for name, value in truth.items():
+        assert result.params[name] == pytest.approx(value, rel=1e-6), name
+    # exact data: every residual vanishes, the llh is the normal constant alone
+    rows = 3 * len(ts)
+    assert result.llh == pytest.approx(-rows * np.log(np.sqrt(2 * np.pi) * 0.1), abs=1e-6)
+    predictions = result.predictions()
+    assert [p["prediction"].shape for p in predictions] == [(12,)] * 3
+    np.testing.assert_allclose(predictions[2]["prediction"], treated, atol=1e-6)
+
+
+def test_a_prior_gives_the_posterior_mode_and_spread_of_the_conjugate_normal_case():
+    """y' = a (y = a t from 0), m = a t + N(0, σ²) with σ known and a ~ N(μ0, s0²): the
+    posterior of a is normal with precision 1/s0² + Σt²/σ², its mode the MAP estimate and
+    its sd the standard error (Fisher information of the data plus the prior's)."""
+    rng = np.random.default_rng(1)
+    ts = np.linspace(1.0, 5.0, 8)
+    sigma, mu0, s0 = 0.5, 0.0, 0.3
+    measured = 0.8 * ts + sigma * rng.normal(size=ts.size)
+    model = ds.ODE(lambda t, y, p: p["a"] + 0 * y, {"a": 0.1})
+    problem = ds.Problem(
+        model,
+        [ds.Experiment(_long(ts, "y", measured), y0=jnp.array([0.0]))],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=sigma)},
+        {"a": ds.Unknown(0.1, prior=_normal(mu0, s0))},
+    )
+    result = ds.fit(problem)
+    precision = 1 / s0**2 + np.sum(ts**2) / sigma**2
+    mode = (mu0 / s0**2 + np.sum(ts * measured) / sigma**2) / precision
+    assert result.params["a"] == pytest.approx(mode, rel=1e-7)
+    assert result.stderr["a"] == pytest.approx(1 / np.sqrt(precision), rel=1e-6)
+    assert result.log_posterior == pytest.approx(
+        result.llh + stats.norm.logpdf(mode, mu0, s0), abs=1e-6
+    )
+
+
+def _normal(loc, scale):
+    import numpyro.distributions as dist
+
+    return dist.Normal(loc, scale)
+
+
+def test_laplace_noise_finds_the_median_and_the_mean_absolute_deviation():
+    """A constant c measured with Laplace noise: the maximum-likelihood c is the median, b the
+    mean absolute deviation from it (BFGS, the default for Laplace noise)."""
+    rng = np.random.default_rng(2)
+    measured = 3.0 + rng.laplace(scale=0.4, size=15)  # odd: a unique median
+    ts = np.linspace(0.0, 7.0, 15)
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: 0 * y, {}),
+        [ds.Experiment(_long(ts, "y", measured), y0=lambda p: jnp.stack([p["c"]]))],
+        {"y": ds.Observable(lambda t, y, p: y[0], noise="laplace", sigma="b")},
+        {
+            "c": ds.Unknown(1.0, bounds=(-10, 10)),
+            "b": ds.Unknown(1.0, bounds=(1e-3, 10), scale="log"),
+        },
+    )
+    result = ds.fit(problem, starts=3)
+    median = np.median(measured)
+    assert result.params["c"] == pytest.approx(median, abs=1e-5)
+    assert result.params["b"] == pytest.approx(np.mean(np.abs(measured - median)), rel=1e-4)
+
+
+def test_bad_studies_are_refused_with_what_to_do():
+    data = _long([1.0, 2.0], "y", np.array([0.5, 0.3]))
+    observables = {"y": ds.Observable(lambda t, y, p: y[0], sigma="sigma")}
+    unknowns = {"k": ds.Unknown(0.5, bounds=(1e-3, 10), scale="log10"), "sigma": 0.1}
+
+    def problem(**change):
+        arguments = dict(
+            model=DECAY,
+            experiments=[ds.Experiment(data, y0=jnp.array([1.0]))],
+            observables=observables,
+            unknowns=unknowns,
+        )
+        arguments.update(change)
+        return ds.Problem(
+            arguments.pop("model"),
+            arguments.pop("experiments"),
+            arguments.pop("observables"),
+            arguments.pop("unknowns"),
+            **arguments,
+        )
+
+    with pytest.raises(
+        ValueError, match=r"set names 'kk', which is neither a parameter of ODE \(k\)"
+    ):
+        problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"kk": 1.0})])
+    with pytest.raises(ValueError, match=r"observables\['y'\].sigma names 'noise'"):
+        problem(observables={"y": ds.Observable(lambda t, y, p: y[0], sigma="noise")})
+    with pytest.raises(ValueError, match=r"name observables \['z'\] the study does not define"):
+        problem(experiments=[ds.Experiment(_long([1.0], "z", np.ones(1)), y0=jnp.ones(1))])
+    with pytest.raises(ValueError, match="log10-normal noise, but a measurement of it is -1"):
+        problem(
+            experiments=[ds.Experiment(_long([1.0], "y", -np.ones(1)), y0=jnp.ones(1))],
+            observables={"y": ds.Observable(lambda t, y, p: y[0], noise="log10-normal")},
+        )
+    with pytest.raises(ValueError, match="precedes its t0 = 2"):
+        problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=2.0)])
+    with pytest.raises(TypeError, match="takes fixed steps: use ds.Rodas5P"):
+        problem(solver=ds.RK4())
+    with pytest.raises(ValueError, match="a value on a log scale must be positive"):
+        ds.Unknown(-1.0, scale="log10")
+    with pytest.raises(ValueError, match="outside its bounds"):
+        ds.Unknown(20.0, bounds=(0, 10))
+    with pytest.raises(ValueError, match="noise=.*must be one of"):
+        ds.Observable(lambda t, y, p: y[0], noise="gaussian")
+    with pytest.raises(ValueError, match="no unknown is estimated"):
+        problem(unknowns={"sigma": ds.Unknown(0.1, estimate=False)})
+    with pytest.raises(TypeError, match=r"ds.fit\(problem\) takes its model, data.*\['y0'\]"):
+        ds.fit(problem(), jnp.ones(1))
