@@ -227,3 +227,70 @@ def test_bad_studies_are_refused_with_what_to_do():
         problem(unknowns={"sigma": ds.Unknown(0.1, estimate=False)})
     with pytest.raises(TypeError, match=r"ds.fit\(problem\) takes its model, data.*\['y0'\]"):
         ds.fit(problem(), jnp.ones(1))
+
+
+def test_bounded_levenberg_marquardt_matches_scipy_with_active_bounds():
+    """A nonlinear least-squares problem whose unconstrained optimum lies outside the box: the
+    bounded Levenberg–Marquardt step ends on the bound, where scipy's trust-region reflective
+    method does, with the free unknown at its conditional optimum."""
+    import jax
+    from scipy.optimize import least_squares
+
+    from diffsim._fit import bounded_lm
+
+    t = np.linspace(0.0, 2.0, 12)
+    data = 2.5 * np.exp(-1.3 * t) + 0.4
+
+    def residual(x):  # amplitude, rate, offset: the offset is held to <= 0.1
+        return x[0] * jnp.exp(-x[1] * jnp.asarray(t)) + x[2] - jnp.asarray(data)
+
+    lower, upper = np.array([0.0, 0.0, -1.0]), np.array([10.0, 10.0, 0.1])
+    optimum = jax.jit(
+        lambda x0: bounded_lm.minimize(
+            residual, x0, lower, upper, max_steps=200, rtol=1e-10, atol=1e-12
+        )
+    )(jnp.array([1.0, 0.5, 0.0]))
+    reference = least_squares(
+        lambda x: np.asarray(residual(x)),
+        [1.0, 0.5, 0.0],
+        bounds=(lower, upper),
+        xtol=1e-14,
+        ftol=1e-14,
+        gtol=1e-14,
+    )
+    assert int(optimum.code) == 0
+    assert float(optimum.u[2]) == 0.1  # on the bound, exactly (projected)
+    np.testing.assert_allclose(optimum.u, reference.x, rtol=1e-7)
+
+
+def test_experiments_of_one_kind_compile_no_more_programs_than_one():
+    """Eight doses of one study run as one vmapped batch: the fit compiles the same number of
+    programs as a study of one experiment."""
+    from test_compile import _compiles
+
+    ts = np.linspace(0.5, 4.0, 6)
+
+    def study(doses):
+        experiments = [
+            ds.Experiment(
+                _long(ts, "y", dose * np.exp(-0.7 * ts)),
+                y0=lambda p: jnp.stack([p["dose"]]),
+                set={"dose": dose},
+                name=f"dose {dose}",
+            )
+            for dose in doses
+        ]
+        return ds.Problem(
+            DECAY,
+            experiments,
+            {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.01)},
+            {
+                "k": ds.Unknown(0.3, bounds=(1e-3, 10), scale="log10"),
+                "dose": ds.Unknown(1.0, estimate=False),
+            },
+        )
+
+    one, one_count = _compiles(lambda: ds.fit(study([1.0]), screen=0).params)
+    eight, eight_count = _compiles(lambda: ds.fit(study(np.arange(1.0, 9.0)), screen=0).params)
+    assert eight_count <= one_count, (one_count, eight_count)
+    assert one["k"] == pytest.approx(0.7, rel=1e-6) and eight["k"] == pytest.approx(0.7, rel=1e-6)

@@ -548,6 +548,9 @@ class Tables:
     lower: np.ndarray  # (unknowns,) bounds on each unknown's scale
     upper: np.ndarray
     scales: tuple[str, ...]
+    # the estimated unknowns that are only the σ of normal-type noise: (index in θ, bool mask
+    # of the measurements whose σ it is); a fit sets them to their closed-form optimum
+    noise: tuple = ()
 
 
 def build_tables(problem: Problem) -> Tables:
@@ -650,7 +653,67 @@ def build_tables(problem: Problem) -> Tables:
         lower=np.asarray(lower),
         upper=np.asarray(upper),
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
+        noise=_noise_unknowns(problem, row_table, np.concatenate(observables)),
     )
+
+
+def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
+    """The estimated unknowns that are nothing but the σ of normal, log-normal or
+    log10-normal measurements: not a model parameter, not a setting of an experiment or a
+    measurement, not read by any observable's function or σ function. Given the predictions,
+    the likelihood is then maximal at σ² = the mean squared difference of its measurements,
+    in closed form (hierarchical optimisation, Loos et al., *Bioinformatics* 34 (2018))."""
+    from .._model import output_depends_on
+
+    referenced = set()
+    for experiment, table in zip(problem.experiments, problem.rows):
+        for settings in (experiment.set or {}, experiment.pre_equilibrate):
+            if isinstance(settings, Mapping):
+                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+        for column, cells in table.overrides.items():
+            referenced.add(column)
+            referenced |= {c for c in cells if isinstance(c, str)}
+    observables = list(problem.observables.values())
+    base = {}
+    for k, name in enumerate(problem.parameter_names):
+        if name in problem.unknowns:
+            base[name] = jnp.asarray(problem.unknowns[name].value)
+        else:
+            base[name] = jnp.asarray(float(problem.model_parameters[name](problem.model)))
+    y = jnp.zeros(_state_size(problem, base))
+    t = jnp.zeros(())
+    found = []
+    position = {n: k for k, n in enumerate(problem.parameter_names)}
+    for k, name in enumerate(problem.names):
+        users = [o for o, obs in enumerate(observables) if obs.sigma == name]
+        if (
+            not users
+            or name in problem.model_parameters
+            or name in referenced
+            or any(observables[o].laplace for o in users)
+        ):
+            continue
+
+        def reads(fn, name=name):
+            return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+
+        if any(reads(o.fn) or (callable(o.sigma) and reads(o.sigma)) for o in observables):
+            continue
+        column = position[name]
+        mine = (rows.kind[:, column] == ESTIMATED) & (rows.index[:, column] == k)
+        mask = np.isin(row_observable, users) & mine
+        if mask.any():
+            found.append((k, mask))
+    return tuple(found)
+
+
+def _state_size(problem: Problem, base: dict) -> int:
+    experiment = problem.experiments[0]
+    if callable(experiment.y0):
+        import jax
+
+        return int(np.prod(jax.eval_shape(experiment.y0, base).shape))
+    return int(np.size(np.asarray(experiment.y0)))
 
 
 def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:

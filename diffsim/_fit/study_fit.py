@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._quasirandom import halton_unit
-from . import optimize as opt
+from . import bounded_lm, optimize as opt
 from .data import FitWarning
 from .optimize import FIT_RESULTS
 from .study import Problem
@@ -241,12 +241,12 @@ def _given_starts(problem: Problem, starts, dtype):
         raise ValueError("starts hold NaN or inf")
     tables = problem.tables
     scaled = scaled_on_host(array, tables.scales)
-    inside = (scaled > tables.lower) & (scaled < tables.upper)
+    inside = (scaled >= tables.lower) & (scaled <= tables.upper)
     if not np.all(inside):
         row, column = np.argwhere(~inside)[0]
         raise ValueError(
             f"starts[{row}] puts {problem.names[column]} = {array[row, column]:g} outside its "
-            "bounds (a fit starts strictly inside them)"
+            "bounds"
         )
     return scaled
 
@@ -277,32 +277,55 @@ def _run(problem: Problem, candidates, optimizer, count: int, num_residuals: int
     optimise the `count` lowest one after another, and take the Fisher information at the best
     optimum: one program."""
     tables = problem.tables
-    candidates_u = jax.vmap(lambda s: u_from_scaled(s, tables))(candidates)
 
-    def natural(u):
-        return to_natural_values(scaled_from_u(u, tables), tables.scales)
-
-    def residual_fn(u):
-        return residuals(problem, natural(u))
+    def residual_scaled(scaled):
+        return residuals(problem, to_natural_values(scaled, tables.scales))
 
     screened = None
-    if candidates_u.shape[0] > count:
-        losses = jax.lax.map(lambda u: jnp.sum(residual_fn(u) ** 2), candidates_u)
+    if candidates.shape[0] > count:
+        losses = jax.lax.map(lambda s: jnp.sum(residual_scaled(s) ** 2), candidates)
         screened = jnp.where(jnp.isfinite(losses), losses, jnp.inf)
-        chosen = candidates_u[jnp.argsort(screened, stable=True)[:count]]
+        chosen = candidates[jnp.argsort(screened, stable=True)[:count]]
     else:
-        chosen = candidates_u
+        chosen = candidates
 
-    def one(_, u0):
-        optimum = opt.optimize(residual_fn, u0, optimizer, num_residuals)
-        return None, optimum
+    if optimizer.method == "bfgs":  # on unbounded coordinates: a logistic map onto the box
+
+        def one(_, s0):
+            def residual_u(u):
+                return residual_scaled(scaled_from_u(u, tables))
+
+            # strictly inside: a bound is at infinity in these coordinates
+            width = jnp.asarray(
+                np.where(np.isfinite(tables.upper - tables.lower), tables.upper - tables.lower, 1.0)
+            )
+            s0 = jnp.clip(s0, tables.lower + 1e-9 * width, tables.upper - 1e-9 * width)
+            optimum = opt.optimize(residual_u, u_from_scaled(s0, tables), optimizer, num_residuals)
+            return None, eqx.tree_at(lambda o: o.u, optimum, scaled_from_u(optimum.u, tables))
+
+    else:  # Levenberg–Marquardt within the bounds, on the scales themselves
+
+        def one(_, s0):
+            optimum = bounded_lm.minimize(
+                residual_scaled,
+                s0,
+                tables.lower,
+                tables.upper,
+                max_steps=optimizer.max_steps,
+                rtol=optimizer.rtol,
+                atol=optimizer.atol,
+                refine=_noise_refinement(problem) if tables.noise else None,
+            )
+            return None, optimum
 
     _, optima = jax.lax.scan(one, None, chosen)
-    u = optima.u
-    nll, prior = jax.vmap(lambda u: negative_log_likelihood(problem, natural(u)))(u)
+    scaled_all = optima.u
+    nll, prior = jax.vmap(
+        lambda s: negative_log_likelihood(problem, to_natural_values(s, tables.scales))
+    )(scaled_all)
     objective = jnp.where(jnp.isfinite(nll + prior), nll + prior, jnp.inf)
     best = jnp.argmin(objective)
-    scaled = scaled_from_u(u[best], tables)
+    scaled = scaled_all[best]
 
     def fisher(scaled):
         return fisher_residuals(problem, to_natural_values(scaled, tables.scales))
@@ -310,7 +333,7 @@ def _run(problem: Problem, candidates, optimizer, count: int, num_residuals: int
     jacobian = jax.jacfwd(fisher)(scaled)
     information = jacobian.T @ jacobian + prior_hessian(problem, scaled)
     return dict(
-        scaled=jax.vmap(lambda u: scaled_from_u(u, tables))(u),
+        scaled=scaled_all,
         code=optima.code,
         steps=optima.steps,
         nll=nll,
@@ -318,8 +341,34 @@ def _run(problem: Problem, candidates, optimizer, count: int, num_residuals: int
         best=best,
         information=information,
         screened=screened,
-        chosen=jax.vmap(lambda u: scaled_from_u(u, tables))(chosen),
+        chosen=chosen,
     )
+
+
+def _noise_refinement(problem: Problem):
+    """`refine(x, r)` for `bounded_lm`: each pure noise unknown (`Tables.noise`) set to its
+    closed-form optimum given the predictions, σ² = mean((m − y)²) over its measurements, read
+    from the residuals (m − y)/σ at x: σ ← σ·√mean(r²), on its scale."""
+    tables = problem.tables
+    rows = len(tables.row_time)
+
+    def refine(x, r):
+        scaled = r[:rows]
+        for k, mask in tables.noise:
+            weights = jnp.asarray(mask, x.dtype)
+            mean = jnp.sum(weights * scaled**2) / float(mask.sum())
+            scale = tables.scales[k]
+            if scale == "log10":
+                value = x[k] + 0.5 * jnp.log10(mean)
+            elif scale == "log":
+                value = x[k] + 0.5 * jnp.log(mean)
+            else:
+                value = x[k] * jnp.sqrt(mean)
+            value = jnp.clip(value, tables.lower[k], tables.upper[k])
+            x = x.at[k].set(jnp.where(jnp.isfinite(value), value, x[k]))
+        return x
+
+    return refine
 
 
 def _result(problem, out, candidates, screened, optimizer, level, start_time, timings):
