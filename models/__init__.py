@@ -19,6 +19,11 @@ from .mechanics import (
     VanDerPol as VanDerPol,
 )
 from .population import LotkaVolterra as LotkaVolterra, SEIR as SEIR, SIR as SIR
+from .signalling import (
+    BoehmSTAT5 as BoehmSTAT5,
+    BrunoCarotenoids as BrunoCarotenoids,
+    FujitaAkt as FujitaAkt,
+)
 from .stochastic import (
     GeometricBrownianMotion as GeometricBrownianMotion,
     Langevin as Langevin,

@@ -75,6 +75,12 @@ MODEL_CASES = {
     "SEIR": (models.SEIR(), jnp.array([990.0, 0.0, 10.0, 0.0]), ds.Tsit5(), None),
     "Robertson": (models.Robertson(), jnp.array([1.0, 0.0, 0.0]), ds.Kvaerno5(), None),
     "Heat1D": (models.Heat1D(diffusivity=0.1, n=16), _heat_state(), ds.RK4(), 0.01),
+    "BoehmSTAT5": (
+        models.BoehmSTAT5(),
+        models.BoehmSTAT5().initial_state(),
+        ds.Rodas5P(rtol=1e-6, atol=1e-9),
+        None,
+    ),
 }
 
 
