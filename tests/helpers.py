@@ -1,6 +1,7 @@
 """Registries of solvers and model cases that drive the conformance tests."""
 
 import jax.numpy as jnp
+import numpy as np
 
 import diffsim as ds
 import models
@@ -122,3 +123,41 @@ def named_cases(rows):
     import pytest
 
     return [pytest.param(*values, id=name) for name, *values in rows]
+
+
+def synthetic_posterior(samples: dict, diverging=None, *, predictions: bool = False, thin: int = 1):
+    """A `ds.Posterior` as `ds.sample` builds it, from given draws (name → (chains, draws)),
+    without sampling: to test what a posterior reports about its draws, and its file."""
+    chains, draws = next(iter(samples.values())).shape
+    diverging = np.zeros((chains, draws), bool) if diverging is None else diverging
+    kept = -(-draws // thin)
+    predicted = np.ones((chains, kept, 3, 1)) if predictions else None
+    return ds.Posterior(
+        samples=samples,
+        names=tuple(samples),
+        sample_stats=dict(
+            diverging=diverging,
+            lp=np.zeros((chains, draws)),
+            acceptance_rate=np.full((chains, draws), 0.8),
+            n_steps=np.full((chains, draws), 7),
+            step_size=np.full(chains, 0.5),
+        ),
+        warmup_divergences=np.zeros(chains, int),
+        predictions=predicted,
+        replicated=predicted,
+        data=ds.Data(np.arange(3.0), np.ones(3)),
+        likelihood="normal",
+        t0=0.0,
+        seconds=1.0,
+        settings=ds._fit.posterior.PosteriorSettings(
+            chains=chains,
+            draws=draws,
+            warmup=0,
+            thin=thin,
+            target_accept=0.8,
+            dense_mass=True,
+            priors={name: "Normal(loc=0, scale=1)" for name in samples},
+            solver="Tsit5(rtol=1e-06, atol=1e-06)",
+            model="Synthetic",
+        ),
+    )

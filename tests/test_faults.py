@@ -20,7 +20,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import named_cases
+from helpers import named_cases, synthetic_posterior
 
 import diffsim as ds
 import models
@@ -692,35 +692,8 @@ def _posterior(chains=2, draws=10):
     """A posterior as ds.sample builds it (without sampling: the file is what is tested)."""
     rng = np.random.default_rng(0)
     shape = (chains, draws)
-    return ds.Posterior(
-        samples={"k": rng.normal(size=shape), "sigma": rng.uniform(0.1, 0.2, shape)},
-        names=("k", "sigma"),
-        sample_stats=dict(
-            diverging=np.zeros(shape, bool),
-            lp=rng.normal(size=shape),
-            acceptance_rate=np.full(shape, 0.8),
-            n_steps=np.full(shape, 7),
-            step_size=np.full(chains, 0.5),
-        ),
-        warmup_divergences=np.zeros(chains, int),
-        predictions=np.ones((chains, 5, 3, 1)),
-        replicated=np.ones((chains, 5, 3, 1)),
-        data=ds.Data(np.arange(3.0), np.ones(3)),
-        likelihood="normal",
-        t0=0.0,
-        seconds=1.0,
-        settings=ds._fit.posterior.PosteriorSettings(
-            chains=chains,
-            draws=draws,
-            warmup=0,
-            thin=2,
-            target_accept=0.8,
-            dense_mass=True,
-            priors={"k": "Normal(loc=0, scale=1)", "sigma": "HalfNormal(scale=1)"},
-            solver="Tsit5(rtol=1e-06, atol=1e-06)",
-            model="Decay",
-        ),
-    )
+    samples = {"k": rng.normal(size=shape), "sigma": rng.uniform(0.1, 0.2, shape)}
+    return synthetic_posterior(samples, predictions=True, thin=2)
 
 
 def _set_attribute(name, value):

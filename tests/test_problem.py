@@ -271,30 +271,10 @@ def test_bounded_levenberg_marquardt_matches_scipy_with_active_bounds():
 def test_experiments_of_one_kind_compile_no_more_programs_than_one():
     """Eight doses of one study run as one vmapped batch: the fit compiles the same number of
     programs as a study of one experiment."""
+    from studies import decay_study
     from test_compile import _compiles
 
-    ts = np.linspace(0.5, 4.0, 6)
-
-    def study(doses):
-        experiments = [
-            ds.Experiment(
-                _long(ts, "y", dose * np.exp(-0.7 * ts)),
-                y0=lambda p: jnp.stack([p["dose"]]),
-                set={"dose": dose},
-                name=f"dose {dose}",
-            )
-            for dose in doses
-        ]
-        return ds.Problem(
-            DECAY,
-            experiments,
-            {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.01)},
-            {
-                "k": ds.Unknown(0.3, bounds=(1e-3, 10), scale="log10"),
-                "dose": ds.Unknown(1.0, estimate=False),
-            },
-        )
-
+    study = decay_study
     one, one_count = _compiles(lambda: ds.fit(study([1.0]), screen=0).params)
     eight, eight_count = _compiles(lambda: ds.fit(study(np.arange(1.0, 9.0)), screen=0).params)
     assert eight_count <= one_count, (one_count, eight_count)

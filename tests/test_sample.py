@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from helpers import synthetic_posterior
 from jaxtyping import Array
 
 import diffsim as ds
@@ -206,36 +207,7 @@ def test_lynx_hare_priors_are_checked():
 
 def _synthetic(positions, diverging):
     """A posterior built from given draws, to check what it reports about them."""
-    chains, draws = positions.shape
-    return ds.Posterior(
-        samples={"a": positions},
-        names=("a",),
-        sample_stats=dict(
-            diverging=diverging,
-            lp=np.zeros((chains, draws)),
-            acceptance_rate=np.full((chains, draws), 0.8),
-            n_steps=np.full((chains, draws), 7),
-            step_size=np.full(chains, 0.5),
-        ),
-        warmup_divergences=np.zeros(chains, int),
-        predictions=None,
-        replicated=None,
-        data=ds.Data(np.arange(3.0), np.ones(3)),
-        likelihood="normal",
-        t0=0.0,
-        seconds=1.0,
-        settings=ds._fit.posterior.PosteriorSettings(
-            chains=chains,
-            draws=draws,
-            warmup=0,
-            thin=1,
-            target_accept=0.8,
-            dense_mass=True,
-            priors={"a": "Normal"},
-            solver="Tsit5",
-            model="Synthetic",
-        ),
-    )
+    return synthetic_posterior({"a": positions}, diverging)
 
 
 def test_a_chain_whose_step_size_collapsed_is_named():

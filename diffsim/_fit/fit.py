@@ -141,28 +141,8 @@ def fit(
     `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
     """
     if isinstance(model, StudyProblem):
-        given = {
-            name: value
-            for name, value in dict(
-                y0=y0,
-                data=data,
-                params=params,
-                initial_state=initial_state,
-                observe=observe,
-                solver=solver,
-                dt=dt,
-                loss=loss,
-                segments=segments,
-                horizon=horizon,
-                bounds=bounds,
-                noise=noise,
-                weights=weights,
-                t0=t0,
-                events=events,
-                pre_equilibrate=pre_equilibrate,
-            ).items()
-            if value is not _FIT_DEFAULTS[name]
-        }
+        arguments = locals()
+        given = [n for n, default in _FIT_DEFAULTS.items() if arguments[n] is not default]
         if given:
             raise TypeError(
                 f"ds.fit(problem) takes its model, data, observables and solver from the "

@@ -183,31 +183,36 @@ jax.monitoring.register_event_duration_secs_listener(
 )
 
 
-def one_against_eight() -> dict:
-    """A decay y' = −k y at 1 and at 8 doses (one kind of experiment): programs and run."""
-    ts = np.linspace(0.5, 4.0, 8)
+def decay_study(doses, ts=np.linspace(0.5, 4.0, 8)) -> ds.Problem:
+    """A decay y' = −k y measured at `ts` after each dose: experiments of one kind."""
     decay = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
-
-    def study(doses):
-        experiments = [
-            ds.Experiment(
-                {"time": ts, "observable": ["y"] * ts.size, "value": d * np.exp(-0.7 * ts)},
-                y0=lambda p: jnp.stack([p["dose"]]),
-                set={"dose": float(d)},
-                name=f"dose {d}",
-            )
-            for d in doses
-        ]
-        return ds.Problem(
-            decay,
-            experiments,
-            {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.01)},
-            {
-                "k": ds.Unknown(0.3, bounds=(1e-3, 10), scale="log10"),
-                "dose": ds.Unknown(1.0, estimate=False),
-            },
+    experiments = [
+        ds.Experiment(
+            {"time": ts, "observable": ["y"] * ts.size, "value": d * np.exp(-0.7 * ts)},
+            y0=_dose_start,
+            set={"dose": float(d)},
+            name=f"dose {d}",
         )
+        for d in doses
+    ]
+    return ds.Problem(
+        decay,
+        experiments,
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.01)},
+        {
+            "k": ds.Unknown(0.3, bounds=(1e-3, 10), scale="log10"),
+            "dose": ds.Unknown(1.0, estimate=False),
+        },
+    )
 
+
+def _dose_start(p):
+    return jnp.stack([p["dose"]])
+
+
+def one_against_eight() -> dict:
+    """A decay at 1 and at 8 doses (one kind of experiment): programs and run."""
+    study = decay_study
     out = {}
     for label, doses in (("1 experiment", [1.0]), ("8 experiments", np.arange(1.0, 9.0))):
         problem = study(doses)
