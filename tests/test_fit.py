@@ -466,7 +466,7 @@ def _assembled(model, y0, data, **options):
 
     defaults = {
         name: p.default for name, p in inspect.signature(ds.fit).parameters.items()
-        if p.default is not inspect.Parameter.empty
+        if p.default is not inspect.Parameter.empty and name not in ("y0", "data")
     }  # fmt: skip
     return assemble(FitSpec(model=model, y0=y0, data=data, **{**defaults, **options}))
 
