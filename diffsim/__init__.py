@@ -23,8 +23,8 @@ from ._fit.data import Data as Data
 from ._fit.fit import fit as fit, FitWarning as FitWarning
 from ._fit.posterior import Posterior as Posterior
 from ._fit.posterior_file import PosteriorFileError as PosteriorFileError
-from ._fit.profile import Profile as Profile, profile as profile
-from ._fit.refit import FitBatch as FitBatch, refit as refit
+from ._fit.profile import Profile as Profile
+from ._fit.refit import FitBatch as FitBatch
 from ._fit.result import FitResult as FitResult
 from ._fit.sample import sample as sample
 from ._fit.study import (
@@ -34,6 +34,7 @@ from ._fit.study import (
     Unknown as Unknown,
 )
 from ._fit.study_fit import ProblemFit as ProblemFit
+from ._fit.study_profile import profile as profile, refit as refit
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.dense import DenseOutput as DenseOutput
 from ._integrate.simulate import simulate as simulate, Solution as Solution

@@ -208,21 +208,33 @@ def noise_constants(problem):
     return logged, ln_base, measured, jacobian, laplace
 
 
-def _noise_terms(problem, predictions, sigmas, dtype):
+def _measured_terms(problem, measured, dtype):
+    """(the measurements on their noise models' scales, their log-Jacobians), from the study's
+    own values, or from `measured` (traced: `ds.refit`'s replicates)."""
+    logged, ln_base, transformed, jacobian, _ = noise_constants(problem)
+    if measured is None:
+        return jnp.asarray(transformed, dtype), jnp.asarray(jacobian, dtype)
+    log_measured = jnp.log(jnp.where(jnp.asarray(logged), measured, 1.0))
+    transformed = jnp.where(logged, log_measured / jnp.asarray(ln_base, dtype), measured)
+    jacobian = jnp.where(logged, log_measured + jnp.asarray(np.log(ln_base), dtype), 0.0)
+    return transformed, jacobian
+
+
+def _noise_terms(problem, predictions, sigmas, dtype, measured=None):
     """Per measurement: ((m − y)/σ on the noise model's scale, σ, the negative
     log-likelihood, the log-Jacobian of m's transformation)."""
-    logged, ln_base, measured, jacobian, laplace = noise_constants(problem)
+    logged, ln_base, _, _, laplace = noise_constants(problem)
+    measured, jacobian = _measured_terms(problem, measured, dtype)
     positive = predictions > 0
     safe = jnp.where(positive | ~logged, predictions, 1.0)
     transformed = jnp.where(logged, jnp.log(safe) / jnp.asarray(ln_base, dtype), predictions)
     # a log model of a prediction that is not positive: no likelihood (NaN, an infinite loss)
     transformed = jnp.where(jnp.asarray(logged) & ~positive, jnp.nan, transformed)
-    difference = jnp.asarray(measured, dtype) - transformed
+    difference = measured - transformed
     valid_sigma = sigmas > 0
     sigma = jnp.where(valid_sigma, sigmas, 1.0)
     normal = 0.5 * jnp.log(2 * jnp.pi * sigma**2) + 0.5 * (difference / sigma) ** 2
     laplacian = jnp.log(2 * sigma) + jnp.abs(difference) / sigma
-    jacobian = jnp.asarray(jacobian, dtype)
     nll = jnp.where(jnp.asarray(laplace), laplacian, normal) + jacobian
     nll = jnp.where(valid_sigma, nll, jnp.nan)
     return difference / sigma, sigma, nll, jacobian
@@ -238,23 +250,24 @@ def _prior_terms(problem, theta, dtype):
     return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
 
 
-def negative_log_likelihood(problem, theta):
-    """(NLL of the measurements, −log-prior) at natural θ (traced)."""
+def negative_log_likelihood(problem, theta, measured=None):
+    """(NLL of the measurements, −log-prior) at natural θ (traced); `measured` replaces the
+    study's values (same rows)."""
     dtype = theta.dtype
     states = row_states(problem, theta, dtype)
     predictions, sigmas = observe(problem, theta, states, dtype)
-    _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype)
+    _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype, measured)
     return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))
 
 
-def residuals(problem, theta):
+def residuals(problem, theta, measured=None):
     """Residuals whose sum of squares is 2·(NLL − log-prior) + a constant (see the module
     text), at natural θ (traced): the measurements' (m − y)/σ, their √(log 2πσ² + C) (or the
-    Laplace form), then the priors'."""
+    Laplace form), then the priors'. `measured` replaces the study's values."""
     dtype = theta.dtype
     states = row_states(problem, theta, dtype)
     predictions, sigmas = observe(problem, theta, states, dtype)
-    scaled, sigma, nll, jacobian = _noise_terms(problem, predictions, sigmas, dtype)
+    scaled, sigma, nll, jacobian = _noise_terms(problem, predictions, sigmas, dtype, measured)
     laplace = noise_constants(problem)[4]
     offset = RESIDUAL_OFFSET
     normal_root = jnp.sqrt(jnp.maximum(jnp.log(2 * jnp.pi * sigma**2) + offset, 0.0))
@@ -269,7 +282,7 @@ def residuals(problem, theta):
     return jnp.concatenate([first, second, prior_roots])
 
 
-def fisher_residuals(problem, theta):
+def fisher_residuals(problem, theta, measured=None):
     """Residuals whose Jacobian J gives the expected Fisher information JᵀJ of the
     measurements at natural θ: (m − y)/σ with σ held, and c·log σ with y held (c = √2 for
     normal noise, 1 for Laplace: the information about log σ of one measurement)."""
@@ -277,7 +290,7 @@ def fisher_residuals(problem, theta):
     states = row_states(problem, theta, dtype)
     predictions, sigmas = observe(problem, theta, states, dtype)
     held = jax.lax.stop_gradient
-    scaled, _, _, _ = _noise_terms(problem, predictions, held(sigmas), dtype)
+    scaled, _, _, _ = _noise_terms(problem, predictions, held(sigmas), dtype, measured)
     laplace = noise_constants(problem)[4]
     weight = jnp.asarray(np.where(laplace, 1.0, math.sqrt(2.0)), dtype)
     spread = weight * jnp.log(jnp.where(sigmas > 0, sigmas, jnp.nan))

@@ -1,0 +1,244 @@
+"""`ds.profile` and `ds.refit` of a study (`ds.ProblemFit`): the profile likelihood of one
+unknown (every other unknown refitted within its bounds at each value, one compiled program),
+and the same fit repeated on replicate datasets of the study's measurements (bootstrap,
+calibration of intervals)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._validate import check_real, check_static_count
+from . import bounded_lm
+from .optimize import FIT_RESULTS
+from .profile import _crossing, Profile, profile as _profile_of_fit
+from .refit import FitBatch, refit as _refit_of_fit
+from .study_fit import _inverse, _noise_refinement, ProblemFit
+from .study_objective import (
+    fisher_residuals,
+    natural_on_host,
+    negative_log_likelihood,
+    prior_hessian,
+    residuals,
+    scaled_on_host,
+    to_natural_values,
+)
+from .uncertainty import chi2_quantile_1dof
+
+
+def profile(
+    result,
+    name: str,
+    *,
+    points: int = 21,
+    span: float = 4.0,
+    range: tuple[float, float] | None = None,
+    level: float | None = None,
+) -> Profile:
+    """Profile likelihood of the unknown `name` of a fit: refit every other unknown with `name`
+    fixed at each of `points` values (each starting from the best fit, in one compiled
+    program).
+
+    **Arguments:**
+
+    - `result`: a `ds.FitResult` from `ds.fit(model, y0, data)`, or a `ds.ProblemFit` from
+      `ds.fit(problem)` (the other unknowns then refitted within their bounds, noise levels in
+      closed form, and `loss` is −2 × the log posterior).
+    - `name`: one of `result.names`.
+    - `points`: how many values to profile (odd counts include the estimate itself).
+    - `span`: the values run over estimate ± span × standard error (on the unknown's scale for
+      a study; clipped to the bounds), or over `range=(low, high)` (natural values) when given.
+    - `level`: confidence level (default: the fit's).
+
+    **Returns:** a `ds.Profile` with the likelihood-based `interval`.
+    """
+    if isinstance(result, ProblemFit):
+        return profile_problem(result, name, points=points, span=span, range=range, level=level)
+    return _profile_of_fit(result, name, points=points, span=span, range=range, level=level)
+
+
+def refit(result, values, *, start: str = "guess") -> FitBatch:
+    """Fit `result`'s problem again to each dataset in `values`, all in one compiled program.
+
+    **Arguments:**
+
+    - `result`: a `ds.FitResult` (its model, unknowns, bounds, solver, times, noise or weights
+      and method are reused), or a `ds.ProblemFit` (its study, with other measured values).
+    - `values`: for a `ds.FitResult`, shape `(replicates, *result.data.values.shape)` (NaN marks
+      a missing value); for a `ds.ProblemFit`, `(replicates, measurements)` in the study's
+      order of measurements (`ds.Problem.predictions` lists them per experiment).
+    - `start`: `"guess"` starts every replicate from the original initial guess (an honest
+      repeat of the whole fit), `"fit"` from `result`'s optimum (faster, e.g. for a bootstrap).
+
+    **Returns:** a `ds.FitBatch` with per-replicate values, standard errors (on each unknown's
+    scale for a study) and intervals. Multiple shooting and multiple starts are not repeated.
+    """
+    if isinstance(result, ProblemFit):
+        return refit_problem(result, values, start=start)
+    return _refit_of_fit(result, values, start=start)
+
+
+def profile_problem(
+    result: ProblemFit, name: str, *, points: int, span: float, range, level
+) -> Profile:
+    """See `ds.profile`: the values run over the estimate ± `span` standard errors on the
+    unknown's scale (or `range`, natural values), within its bounds; `loss` is −2 × the log
+    posterior (the log-likelihood without priors), `deviance` its rise above the best."""
+    if name not in result.names:
+        raise ValueError(f"{name!r} is not an estimated unknown; the fit has: {list(result.names)}")
+    points = check_static_count("points", points, minimum=3)
+    level = result.level if level is None else check_real("level", level)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    problem = result.problem
+    tables = problem.tables
+    j = result.names.index(name)
+    scale = tables.scales[j]
+    best = np.asarray([result.params_on_scale[n] for n in result.names])
+    if range is None:
+        check_real("span", span, positive=True)
+        se = result.stderr[name]
+        width = span * se if np.isfinite(se) and se > 0 else 1.0
+        low, high = best[j] - width, best[j] + width
+    else:
+        if not (isinstance(range, (tuple, list)) and len(range) == 2):
+            raise TypeError(f"range must be (low, high), got {range!r}")
+        low, high = (check_real("range", v) for v in range)
+        if not low < high:
+            raise ValueError(f"range must have low < high, got {range!r}")
+        low, high = scaled_on_host(np.asarray([low, high]), (scale, scale))
+    low, high = max(low, tables.lower[j]), min(high, tables.upper[j])
+    grid = np.linspace(low, high, points)
+    dtype = jnp.result_type(float)
+    out = jax.device_get(_profile(problem, jnp.asarray(best, dtype), jnp.asarray(grid, dtype), j))
+    loss = 2 * (np.asarray(out["nll"]) + np.asarray(out["prior"]))
+    reference = -2 * result.log_posterior
+    minimum = min(reference, float(np.nanmin(loss)))
+    deviance = loss - minimum
+    threshold = chi2_quantile_1dof(level)
+    values = natural_on_host(grid, (scale,) * points)
+    estimate = result.params[name]
+    return Profile(
+        name=name,
+        estimate=estimate,
+        values=values,
+        loss=loss,
+        deviance=deviance,
+        threshold=threshold,
+        level=level,
+        interval=(
+            _crossing(values, deviance, estimate, threshold, -1),
+            _crossing(values, deviance, estimate, threshold, +1),
+        ),
+        converged=np.asarray(out["code"]) == FIT_RESULTS.converged,
+        wald=result.confidence_intervals[name],
+    )
+
+
+def _fit_within(problem, start, lower, upper, measured=None):
+    """Levenberg–Marquardt within (lower, upper) from `start` (on the scales), with the noise
+    levels in closed form, as `ds.fit(problem)` runs it."""
+    tables = problem.tables
+
+    def residual_scaled(scaled):
+        return residuals(problem, to_natural_values(scaled, tables.scales), measured)
+
+    return bounded_lm.minimize(
+        residual_scaled,
+        start,
+        lower,
+        upper,
+        max_steps=512,
+        rtol=1e-8,
+        atol=1e-10,
+        refine=_noise_refinement(problem) if tables.noise else None,
+    )
+
+
+def _profile_body(problem, best, grid, j):
+    tables = problem.tables
+
+    def one(value):
+        lower = jnp.asarray(tables.lower, best.dtype).at[j].set(value)
+        upper = jnp.asarray(tables.upper, best.dtype).at[j].set(value)
+        optimum = _fit_within(problem, best.at[j].set(value), lower, upper)
+        nll, prior = negative_log_likelihood(problem, to_natural_values(optimum.u, tables.scales))
+        return dict(nll=nll, prior=prior, code=optimum.code)
+
+    return jax.lax.map(one, grid)
+
+
+_profile = jax.jit(_profile_body, static_argnums=(0, 3))
+
+
+def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
+    """See `ds.refit`: `values` (replicates, measurements) in the study's order of
+    measurements (`ds.Problem.predictions` lists them per experiment); `loss` is the negative
+    log-likelihood of each refit, `stderr` on each unknown's scale."""
+    from scipy.stats import norm
+
+    problem = result.problem
+    tables = problem.tables
+    rows = len(tables.row_time)
+    values = np.asarray(values)
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"values must be real numbers, got an array of dtype {values.dtype}")
+    values = values.astype(np.float64)
+    if values.ndim != 2 or values.shape[1] != rows:
+        raise ValueError(
+            f"values must have shape (replicates, {rows}): one value per measurement of the "
+            f"study, in its order, per replicate; got {values.shape}"
+        )
+    if not np.all(np.isfinite(values)):
+        raise ValueError("values hold NaN or inf: a replicate needs every measurement")
+    logged = np.asarray([o.log_base is not None for o in problem.observables.values()])
+    if np.any(values[:, logged[tables.row_observable]] <= 0):
+        raise ValueError("values of measurements with log noise must be positive")
+    if start not in ("guess", "fit"):
+        raise ValueError(f"start must be 'guess' or 'fit', got {start!r}")
+    names = result.names
+    if start == "fit":
+        first = np.asarray([result.params_on_scale[n] for n in names])
+    else:
+        first = scaled_on_host(problem.theta(), tables.scales)
+    dtype = jnp.result_type(float)
+    out = jax.device_get(_refit(problem, jnp.asarray(first, dtype), jnp.asarray(values, dtype)))
+    scaled = np.asarray(out["scaled"])
+    z = float(norm.ppf(0.5 + result.level / 2))
+    stderr = np.full(scaled.shape, np.nan)
+    for r, information in enumerate(np.asarray(out["information"])):
+        covariance = _inverse(information, names, [])
+        stderr[r] = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+    low = natural_on_host(scaled - z * stderr, tables.scales)
+    high = natural_on_host(scaled + z * stderr, tables.scales)
+    natural = natural_on_host(scaled, tables.scales)
+    return FitBatch(
+        names=names,
+        params={n: natural[:, i] for i, n in enumerate(names)},
+        stderr={n: stderr[:, i] for i, n in enumerate(names)},
+        intervals={n: np.stack([low[:, i], high[:, i]], axis=1) for i, n in enumerate(names)},
+        converged=np.asarray(out["code"]) == FIT_RESULTS.converged,
+        loss=np.asarray(out["nll"]),
+        level=result.level,
+    )
+
+
+def _refit_body(problem, first, values):
+    tables = problem.tables
+
+    def one(measured):
+        optimum = _fit_within(problem, first, tables.lower, tables.upper, measured)
+        theta = to_natural_values(optimum.u, tables.scales)
+        nll, _ = negative_log_likelihood(problem, theta, measured)
+
+        def fisher(scaled):
+            natural = to_natural_values(scaled, tables.scales)
+            return fisher_residuals(problem, natural, measured)
+
+        jacobian = jax.jacfwd(fisher)(optimum.u)
+        information = jacobian.T @ jacobian + prior_hessian(problem, optimum.u)
+        return dict(scaled=optimum.u, nll=nll, code=optimum.code, information=information)
+
+    return jax.lax.map(one, values)
+
+
+_refit = jax.jit(_refit_body, static_argnums=(0,))
