@@ -337,3 +337,38 @@ def test_profile_and_refit_of_a_study_of_two_experiments():
     assert 0.8 <= covered <= 1.0  # 40 replicates of a 95% interval: 0.95 ± 2 × 0.034
     with pytest.raises(ValueError, match=r"values must have shape \(replicates, 16\)"):
         ds.refit(result, replicates[:, :3])
+
+
+def test_the_posterior_of_a_study_of_two_experiments_is_the_conjugate_one(tmp_path):
+    """y' = a in two experiments (starts 0 and 1), m = y + N(0, σ²) with σ known and a ~
+    N(μ0, s0²): the posterior of a is normal with precision 1/s0² + Σt²/σ² (each experiment's
+    times counted); NUTS draws match its mean (4 Monte Carlo errors) and sd (10%)."""
+    rng = np.random.default_rng(4)
+    ts = np.linspace(1.0, 4.0, 6)
+    sigma, mu0, s0, a = 0.5, 0.0, 0.3, 0.8
+    starts = (0.0, 1.0)
+    data = [_long(ts, "y", y0 + a * ts + sigma * rng.normal(size=ts.size)) for y0 in starts]
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: p["a"] + 0 * y, {"a": 0.1}),
+        [ds.Experiment(d, y0=jnp.array([y0]), name=f"from {y0}") for d, y0 in zip(data, starts)],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=sigma)},
+        {"a": ds.Unknown(0.1, prior=_normal(mu0, s0))},
+        solver=ds.Tsit5(rtol=1e-10, atol=1e-10),
+    )
+    import jax
+
+    posterior = ds.sample(problem, chains=2, warmup=300, draws=500, key=jax.random.key(0))
+    times = np.concatenate([ts, ts])
+    measured = np.concatenate([d["value"] for d in data]) - np.repeat(starts, ts.size)
+    precision = 1 / s0**2 + np.sum(times**2) / sigma**2
+    mean = (mu0 / s0**2 + np.sum(times * measured) / sigma**2) / precision
+    row = posterior.table()["a"]
+    assert abs(row["mean"] - mean) < 4 * row["mcse"]
+    assert row["sd"] == pytest.approx(1 / np.sqrt(precision), rel=0.1)
+    assert posterior.samples["a"].shape == (2, 500) and posterior.likelihood == "study"
+    # its file: no observed data (the measurements are the problem's), read back as it was
+    loaded = ds.Posterior.load(posterior.save(tmp_path / "study.nc"))
+    np.testing.assert_array_equal(loaded.samples["a"], posterior.samples["a"])
+    assert loaded.data is None and loaded.settings == posterior.settings
+    with pytest.raises(ValueError, match="predicts through its problem"):
+        posterior.predict()

@@ -47,6 +47,9 @@ class Posterior:
       `acceptance_rate`, `n_steps` (leapfrog steps), and `step_size` `(chains,)`.
     - `divergences`: `(chains,)` divergent transitions after warm-up (a proposal whose
       simulation failed is one); `warmup_divergences` the same during warm-up.
+    - `data`: the data of `ds.sample(model, y0, data)`; None for a study (`ds.sample(problem)`,
+      whose measurements, experiments and noise models are its problem's; `likelihood` is then
+      `"study"` and there are no predictions).
     - `predictions`: the model's observables at the data times for (every `thin`-th) draw,
       `(chains, kept, times, observables)`; `replicated`: data drawn around them from the
       likelihood (the posterior predictive).
@@ -66,7 +69,7 @@ class Posterior:
     warmup_divergences: np.ndarray
     predictions: np.ndarray | None
     replicated: np.ndarray | None
-    data: Data
+    data: Data | None
     likelihood: str
     t0: float
     seconds: float
@@ -117,7 +120,8 @@ class Posterior:
                 yield name, name, x
                 continue
             labels = None
-            if name in ("sigma", "phi") and self.data.names and shape == (len(self.data.names),):
+            named = self.data is not None and self.data.names
+            if name in ("sigma", "phi") and named and shape == (len(self.data.names),):
                 labels = self.data.names
             for index in np.ndindex(shape):
                 label = labels[index[0]] if labels else ",".join(map(str, index))
@@ -210,11 +214,15 @@ class Posterior:
         posterior_predictive (the replicated data, as `y`, over the kept draws), labelled by
         time and observable."""
         az = arviz()
-        times = np.asarray(self.data.ts)
-        values = self.data.values.reshape(len(times), -1)
-        observables = list(self.data.names or [str(j) for j in range(values.shape[1])])
-        coords = {"time": times, "observable": observables}
-        dims = {"y": ["time", "observable"], "mu": ["time", "observable"]}
+        if self.data is None:  # a study's posterior: its measurements live in its problem
+            coords, dims, observed = None, None, None
+        else:
+            times = np.asarray(self.data.ts)
+            values = self.data.values.reshape(len(times), -1)
+            observables = list(self.data.names or [str(j) for j in range(values.shape[1])])
+            coords = {"time": times, "observable": observables}
+            dims = {"y": ["time", "observable"], "mu": ["time", "observable"]}
+            observed = {"y": values}
         posterior_predictive = None
         if self.replicated is not None:
             posterior_predictive = {"y": self.replicated, "mu": self.predictions}
@@ -222,7 +230,7 @@ class Posterior:
         idata = az.from_dict(
             posterior={k: np.asarray(v) for k, v in self.samples.items()},
             sample_stats=stats,
-            observed_data={"y": values},
+            observed_data=observed,
             posterior_predictive=posterior_predictive,
             coords=coords,
             dims=dims,
@@ -300,6 +308,11 @@ class Posterior:
         from . import likelihood as lik
         from .evaluate import fine_times
 
+        if self.data is None:
+            raise ValueError(
+                "the posterior of a study predicts through its problem: "
+                "problem.predictions(params) at any draw (posterior.samples)"
+            )
         if self._density is None:
             raise ValueError(
                 "this posterior was loaded from a file, without its model: predict with the "

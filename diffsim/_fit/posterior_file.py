@@ -19,7 +19,7 @@ from .likelihood import FAMILIES
 
 # the per-draw statistics `ds.sample` records, each (chains, draws)
 _STATS = ("diverging", "lp", "acceptance_rate", "n_steps")
-_GROUPS = ("posterior", "sample_stats", "observed_data")
+_GROUPS = ("posterior", "sample_stats")  # and observed_data, but for a study's posterior
 
 
 class PosteriorFileError(ValueError):
@@ -80,10 +80,20 @@ def read(path, settings_type) -> dict:
     if np.any(warmup_divergences < 0) or np.any(warmup_divergences != np.round(warmup_divergences)):
         problem("its warmup_divergences are not counts")
 
-    data = _data(idata, problem)
-    times, observables = data.values.reshape(len(data.ts), -1).shape
+    likelihood = _text(attrs, "likelihood", problem)
+    if likelihood not in FAMILIES and likelihood != "study":
+        problem(f"its likelihood {likelihood!r} is none of {tuple(FAMILIES) + ('study',)}")
+    study = likelihood == "study"
+    if study == hasattr(idata, "observed_data"):
+        problem(
+            "a study's posterior has no observed_data group and any other has one"
+            if study
+            else "it has no observed_data group"
+        )
+    data = None if study else _data(idata, problem)
     predictions = replicated = None
-    if hasattr(idata, "posterior_predictive"):
+    if hasattr(idata, "posterior_predictive") and not study:
+        times, observables = data.values.reshape(len(data.ts), -1).shape
         kept = -(-draws // settings.thin)
         group = idata.posterior_predictive
         arrays = []
@@ -100,11 +110,8 @@ def read(path, settings_type) -> dict:
             arrays.append(x)
         predictions, replicated = arrays
 
-    likelihood = _text(attrs, "likelihood", problem)
-    if likelihood not in FAMILIES:
-        problem(f"its likelihood {likelihood!r} is none of {tuple(FAMILIES)}")
     t0 = _number(attrs, "t0", problem)
-    if t0 > float(np.min(data.ts)):
+    if data is not None and t0 > float(np.min(data.ts)):
         problem(f"its t0 = {t0:g} is after its first data time {float(np.min(data.ts)):g}")
     seconds = _number(attrs, "seconds", problem)
     timings = _json(attrs, "timings", problem, default="{}")

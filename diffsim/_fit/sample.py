@@ -32,6 +32,8 @@ from .posterior import Posterior, PosteriorSettings
 from .problem import BOTH, LOWER, Problem, UPPER
 from .result import FitResult
 from .setup import assemble, FitSpec
+from .study import Problem as StudyProblem
+from .study_sample import sample_problem
 
 # The solver when none is given: the integration error then lies far below any noise a
 # posterior can resolve (relative 1e-6 against noise of a percent or more), at a third of the
@@ -44,12 +46,12 @@ PREDICTIVE_VALUES = 5_000_000
 
 def sample(
     model: AbstractODE,
-    y0,
-    data,
+    y0=None,
+    data=None,
     *,
     params=None,
     initial_state=False,
-    priors: dict,
+    priors: dict | None = None,
     likelihood: str = "normal",
     observe=None,
     solver: AbstractSolver | None = None,
@@ -105,7 +107,42 @@ def sample(
 
     Divergent transitions (a proposal whose simulation fails counts as one) are counted per
     chain and warned about, with split R-hat above 1.01; nothing is dropped.
+
+    **A study**: `ds.sample(problem, chains=, draws=, warmup=, key=, start=, target_accept=,
+    dense_mass=)` samples a `ds.Problem`'s estimated unknowns with its own likelihood and
+    priors (each `ds.Unknown`'s `prior`, or flat on its scale within its bounds), started
+    around `ds.fit(problem)` (or `start=`, its `ds.ProblemFit`).
     """
+    if isinstance(model, StudyProblem):
+        given = dict(
+            y0=y0,
+            data=data,
+            params=params,
+            observe=observe,
+            solver=solver,
+            dt=dt,
+            events=events,
+            t0=t0,
+        )
+        extra = sorted(k for k, v in given.items() if v is not None)
+        if extra or priors is not None or initial_state is not False or likelihood != "normal":
+            raise TypeError(
+                "ds.sample(problem) takes its data, likelihood and priors from the problem; "
+                f"{extra or 'priors/likelihood/initial_state'} apply to ds.sample(model, y0, "
+                "data) only"
+            )
+        return sample_problem(
+            model,
+            chains=chains,
+            draws=draws,
+            warmup=warmup,
+            key=key,
+            start=start,
+            target_accept=target_accept,
+            dense_mass=dense_mass,
+        )
+    if y0 is None or data is None:
+        raise TypeError("ds.sample(model, y0, data, ...) needs y0 and data (or a ds.Problem)")
     start_time = time.perf_counter()
     if key is None:
         raise ValueError(
