@@ -31,6 +31,9 @@ class AbstractODE(eqx.Module):
 
     state_names: ClassVar[tuple[str, ...] | None] = None
     positive_state: ClassVar[bool] = False
+    # the field holding a dict of named scalar parameters (ds.ODE's `params`, an SBML model's),
+    # which a ds.Problem addresses by key; None: the parameters are the model's own fields
+    parameters_field: ClassVar[str | None] = None
 
     def __check_init__(self):
         check_parameters(self)
@@ -269,6 +272,8 @@ class ODE(AbstractODE):
     fn: Callable = eqx.field(static=True)
     params: Any = None
     mass: Any = None
+
+    parameters_field: ClassVar[str | None] = "params"
 
     def __init__(self, fn: Callable, params: Any = None, mass_matrix: Any = None):
         if not callable(fn):

@@ -21,11 +21,12 @@ LAYERS = {
     "_sweep": 3,
     "_analysis": 3,
     "_plot": 4,  # figures of solutions, sweeps and fits
+    "_import": 4,  # readers of model and problem files (SBML, PEtab): models and ds.Problems
     "facade": 5,  # diffsim/__init__.py, plot.py, distributed.py: the public names
     "_apps": 6,  # command line, TOML configs, bench, reproduce, demo, experiment runner
     "entry": 7,  # diffsim/cli.py and __main__.py: the one way into _apps
 }
-FACADES = {"diffsim", "diffsim.plot", "diffsim.distributed"}
+FACADES = {"diffsim", "diffsim.plot", "diffsim.distributed", "diffsim.sbml"}
 ENTRIES = {"diffsim.cli", "diffsim.__main__"}
 # application functions that are public names too (`ds.run_experiment`, `ds.reproduce`): the
 # facade re-exports them, and the cycle test keeps them from importing the facade back

@@ -30,7 +30,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._model import AbstractODE, check_model, ODE
+from .._model import AbstractODE, check_model
 from .._solver.base import AbstractSolver, check_solver
 from .data import Data
 from .study_objective import evaluate_llh, evaluate_predictions
@@ -387,12 +387,14 @@ class Problem:
 
 def model_parameters(model) -> dict[str, Callable]:
     """name → accessor `model -> value` of every scalar floating parameter of `model`: its
-    fields, or the keys of a `ds.ODE`'s `params` dict (nested dicts by their own keys)."""
+    fields, or the keys of its dict of named parameters (`parameters_field`: a `ds.ODE`'s or an
+    SBML model's `params`)."""
     found = {}
-    if isinstance(model, ODE) and isinstance(model.params, Mapping):
-        for key, value in model.params.items():
+    field = model.parameters_field
+    if field is not None and isinstance(getattr(model, field), Mapping):
+        for key, value in getattr(model, field).items():
             if _is_scalar_float(value):
-                found[str(key)] = lambda m, key=key: m.params[key]
+                found[str(key)] = lambda m, key=key: getattr(m, field)[key]
         return found
     for field in dataclasses.fields(model):
         value = getattr(model, field.name, None)

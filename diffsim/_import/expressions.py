@@ -1,0 +1,296 @@
+"""Mathematics of model files as SymPy expressions, and SymPy expressions as JAX functions.
+
+A model file is data: nothing in it is `eval`ed or `exec`ed. SBML's MathML arrives as libsbml's
+parsed tree (`ASTNode`), and formulas written as text (PEtab's observables and noise models) are
+parsed by libsbml's own infix parser (`parseL3Formula`, a C++ grammar, not Python); both trees
+are turned into SymPy objects node by node here, and a SymPy expression is turned into a JAX
+function by walking it once into nested closures.
+
+Why by hand: sympy2jax (the equinox author's) has no `Piecewise` and turns every constant into
+a trainable leaf (each would then count as an input of the solve's forward-mode Jacobian);
+SymPy's `lambdify` and `parse_expr` generate and `exec` Python source.
+"""
+
+import math
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import sympy
+from jax.scipy.special import gammaln
+
+TIME = sympy.Symbol("time")
+
+
+class ExpressionError(ValueError):
+    """A piece of mathematics a model file holds that diffsim cannot read (named in the
+    message)."""
+
+
+# --- libsbml's tree -> SymPy --------------------------------------------------------------------
+
+
+def _libsbml():
+    import libsbml
+
+    return libsbml
+
+
+def from_ast(node, functions: dict | None = None, where: str = "an expression") -> sympy.Expr:
+    """The SymPy expression of a libsbml `ASTNode`; `functions` maps the ids of the file's
+    function definitions to `sympy.Lambda`s (expanded in place)."""
+    lib = _libsbml()
+    functions = functions or {}
+    kind = node.getType()
+    children = [from_ast(node.getChild(i), functions, where) for i in range(node.getNumChildren())]
+    if kind == lib.AST_NAME:
+        return sympy.Symbol(node.getName())
+    if kind == lib.AST_NAME_TIME:
+        return TIME
+    if kind == lib.AST_NAME_AVOGADRO:
+        return sympy.Float(6.02214076e23)
+    if kind == lib.AST_INTEGER:
+        return sympy.Integer(node.getInteger())
+    if kind in (lib.AST_REAL, lib.AST_REAL_E):
+        value = node.getReal()
+        if not math.isfinite(value):
+            return sympy.oo if value > 0 else (-sympy.oo if value < 0 else sympy.nan)
+        return sympy.Float(value)
+    if kind == lib.AST_RATIONAL:
+        return sympy.Rational(node.getNumerator(), node.getDenominator())
+    if kind == lib.AST_CONSTANT_PI:
+        return sympy.pi
+    if kind == lib.AST_CONSTANT_E:
+        return sympy.E
+    if kind == lib.AST_CONSTANT_TRUE:
+        return sympy.true
+    if kind == lib.AST_CONSTANT_FALSE:
+        return sympy.false
+    if kind == lib.AST_PLUS:
+        return sympy.Add(*children) if children else sympy.Integer(0)
+    if kind == lib.AST_TIMES:
+        return sympy.Mul(*children) if children else sympy.Integer(1)
+    if kind == lib.AST_MINUS:
+        return -children[0] if len(children) == 1 else children[0] - children[1]
+    if kind == lib.AST_DIVIDE:
+        return children[0] / children[1]
+    if kind in (lib.AST_POWER, lib.AST_FUNCTION_POWER):
+        return children[0] ** children[1]
+    if kind == lib.AST_FUNCTION_ROOT:
+        degree, value = children if len(children) == 2 else [sympy.Integer(2), children[0]]
+        return value ** (1 / degree)
+    if kind == lib.AST_FUNCTION_LOG:
+        base, value = children if len(children) == 2 else [sympy.Integer(10), children[0]]
+        return sympy.log(value) / sympy.log(base)
+    if kind == lib.AST_FUNCTION_PIECEWISE:
+        pieces = []
+        for i in range(0, len(children) - 1, 2):
+            pieces.append((children[i], _truth(children[i + 1])))
+        if len(children) % 2:
+            pieces.append((children[-1], sympy.true))
+        else:  # SBML leaves the value undefined where no piece holds
+            pieces.append((sympy.nan, sympy.true))
+        return sympy.Piecewise(*pieces)
+    if kind == lib.AST_FUNCTION:
+        name = node.getName()
+        if name not in functions:
+            raise ExpressionError(f"{where} calls {name!r}, which no function definition gives")
+        return functions[name](*children)
+    simple = _SIMPLE.get(kind)
+    if simple is not None:
+        return simple(*children)
+    relation = _RELATIONS.get(kind)
+    if relation is not None:
+        if len(children) == 2:
+            return relation(*children)
+        return sympy.And(*[relation(a, b) for a, b in zip(children[:-1], children[1:])])
+    logical = _LOGICAL.get(kind)
+    if logical is not None:
+        return logical(*[_truth(c) for c in children])
+    text = lib.formulaToL3String(node) if node is not None else "?"
+    raise ExpressionError(f"{where} uses {text!r}, which diffsim cannot read (not supported)")
+
+
+def _truth(expr):
+    """A condition: a relational or a boolean; a number is true where it is not 0."""
+    if isinstance(expr, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational)):
+        return expr
+    return sympy.Ne(expr, 0)
+
+
+def _lookups():
+    lib = _libsbml()
+    simple = {
+        lib.AST_FUNCTION_ABS: sympy.Abs,
+        lib.AST_FUNCTION_EXP: sympy.exp,
+        lib.AST_FUNCTION_LN: sympy.log,
+        lib.AST_FUNCTION_FLOOR: sympy.floor,
+        lib.AST_FUNCTION_CEILING: sympy.ceiling,
+        lib.AST_FUNCTION_SIN: sympy.sin,
+        lib.AST_FUNCTION_COS: sympy.cos,
+        lib.AST_FUNCTION_TAN: sympy.tan,
+        lib.AST_FUNCTION_SINH: sympy.sinh,
+        lib.AST_FUNCTION_COSH: sympy.cosh,
+        lib.AST_FUNCTION_TANH: sympy.tanh,
+        lib.AST_FUNCTION_ARCSIN: sympy.asin,
+        lib.AST_FUNCTION_ARCCOS: sympy.acos,
+        lib.AST_FUNCTION_ARCTAN: sympy.atan,
+        lib.AST_FUNCTION_ARCSINH: sympy.asinh,
+        lib.AST_FUNCTION_ARCCOSH: sympy.acosh,
+        lib.AST_FUNCTION_ARCTANH: sympy.atanh,
+        lib.AST_FUNCTION_SEC: sympy.sec,
+        lib.AST_FUNCTION_CSC: sympy.csc,
+        lib.AST_FUNCTION_COT: sympy.cot,
+        lib.AST_FUNCTION_MAX: sympy.Max,
+        lib.AST_FUNCTION_MIN: sympy.Min,
+        lib.AST_FUNCTION_FACTORIAL: sympy.factorial,
+        lib.AST_FUNCTION_QUOTIENT: lambda a, b: sympy.floor(a / b),
+        lib.AST_FUNCTION_REM: lambda a, b: a - b * sympy.floor(a / b),
+    }
+    relations = {
+        lib.AST_RELATIONAL_EQ: sympy.Eq,
+        lib.AST_RELATIONAL_NEQ: sympy.Ne,
+        lib.AST_RELATIONAL_LT: sympy.StrictLessThan,
+        lib.AST_RELATIONAL_LEQ: sympy.LessThan,
+        lib.AST_RELATIONAL_GT: sympy.StrictGreaterThan,
+        lib.AST_RELATIONAL_GEQ: sympy.GreaterThan,
+    }
+    logical = {
+        lib.AST_LOGICAL_AND: sympy.And,
+        lib.AST_LOGICAL_OR: sympy.Or,
+        lib.AST_LOGICAL_NOT: sympy.Not,
+        lib.AST_LOGICAL_XOR: sympy.Xor,
+    }
+    return simple, relations, logical
+
+
+class _Lazy(dict):
+    """A lookup table built on first use (libsbml is imported only by the importers)."""
+
+    def __init__(self, index: int):
+        super().__init__()
+        self.index = index
+
+    def get(self, key, default=None):
+        if not self:
+            self.update(_lookups()[self.index])
+        return super().get(key, default)
+
+
+_SIMPLE, _RELATIONS, _LOGICAL = _Lazy(0), _Lazy(1), _Lazy(2)
+
+
+def parse_formula(text: str, where: str) -> sympy.Expr:
+    """A formula written as text (PEtab's observable and noise formulas) by libsbml's infix
+    parser (`**` read as `^`); its functions are SBML's."""
+    lib = _libsbml()
+    if not isinstance(text, str) or not text.strip():
+        raise ExpressionError(f"{where}: the formula is empty")
+    node = lib.parseL3Formula(text.replace("**", "^"))
+    if node is None:
+        raise ExpressionError(f"{where}: {text!r} is not a formula ({lib.getLastParseL3Error()})")
+    return from_ast(node, where=where)
+
+
+# --- SymPy -> JAX --------------------------------------------------------------------------------
+
+
+def compile_expression(expr: sympy.Expr, where: str = "an expression") -> Callable:
+    """A function `env -> value` of a SymPy expression, `env` a dict from symbol names (and
+    "time") to JAX values; built once by walking the tree into closures."""
+    return _compile(sympy.sympify(expr), where)
+
+
+def _compile(expr, where):
+    if isinstance(expr, sympy.Symbol):
+        name = expr.name
+
+        def symbol(env):
+            try:
+                return env[name]
+            except KeyError:
+                raise ExpressionError(
+                    f"{where} names {name!r}, which the model does not define"
+                ) from None
+
+        return symbol
+    if expr is sympy.true or expr is sympy.false:
+        value = bool(expr)
+        return lambda env: jnp.asarray(value)
+    if expr.is_Number or expr in (sympy.pi, sympy.E) or expr is sympy.nan:
+        value = float(expr) if expr is not sympy.nan else math.nan
+        return lambda env: value
+    if expr in (sympy.oo, -sympy.oo):
+        value = math.inf if expr is sympy.oo else -math.inf
+        return lambda env: value
+    if isinstance(expr, sympy.Piecewise):
+        pieces = [(_compile(e, where), _compile(c, where)) for e, c in expr.args]
+
+        def piecewise(env):
+            out = pieces[-1][0](env)
+            for value, condition in reversed(pieces[:-1]):
+                out = jnp.where(condition(env), value(env), out)
+            return out
+
+        return piecewise
+    args = [_compile(a, where) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return lambda env: _fold(jnp.add, [a(env) for a in args])
+    if isinstance(expr, sympy.Mul):
+        return lambda env: _fold(jnp.multiply, [a(env) for a in args])
+    if isinstance(expr, sympy.Pow):
+        base, exponent = args
+        if expr.exp == sympy.Rational(1, 2):
+            return lambda env: jnp.sqrt(base(env))
+        if expr.exp.is_Integer:
+            power = int(expr.exp)
+            return lambda env: jnp.asarray(base(env)) ** power
+        return lambda env: jnp.power(base(env), exponent(env))
+    function = _JAX.get(type(expr))
+    if function is not None:
+        return lambda env: function(*[a(env) for a in args])
+    raise ExpressionError(f"{where} uses {expr.func.__name__}, which diffsim cannot evaluate")
+
+
+def _fold(op, values):
+    out = values[0]
+    for value in values[1:]:
+        out = op(out, value)
+    return out
+
+
+_JAX = {
+    sympy.exp: jnp.exp,
+    sympy.log: jnp.log,
+    sympy.Abs: jnp.abs,
+    sympy.sign: jnp.sign,
+    sympy.floor: jnp.floor,
+    sympy.ceiling: jnp.ceil,
+    sympy.sin: jnp.sin,
+    sympy.cos: jnp.cos,
+    sympy.tan: jnp.tan,
+    sympy.sinh: jnp.sinh,
+    sympy.cosh: jnp.cosh,
+    sympy.tanh: jnp.tanh,
+    sympy.asin: jnp.arcsin,
+    sympy.acos: jnp.arccos,
+    sympy.atan: jnp.arctan,
+    sympy.asinh: jnp.arcsinh,
+    sympy.acosh: jnp.arccosh,
+    sympy.atanh: jnp.arctanh,
+    sympy.sec: lambda x: 1 / jnp.cos(x),
+    sympy.csc: lambda x: 1 / jnp.sin(x),
+    sympy.cot: lambda x: 1 / jnp.tan(x),
+    sympy.factorial: lambda x: jnp.exp(gammaln(x + 1.0)),
+    sympy.Max: lambda *x: _fold(jnp.maximum, list(x)),
+    sympy.Min: lambda *x: _fold(jnp.minimum, list(x)),
+    sympy.Eq: jnp.equal,
+    sympy.Ne: jnp.not_equal,
+    sympy.StrictLessThan: jnp.less,
+    sympy.LessThan: jnp.less_equal,
+    sympy.StrictGreaterThan: jnp.greater,
+    sympy.GreaterThan: jnp.greater_equal,
+    sympy.And: lambda *x: _fold(jnp.logical_and, list(x)),
+    sympy.Or: lambda *x: _fold(jnp.logical_or, list(x)),
+    sympy.Not: jnp.logical_not,
+    sympy.Xor: lambda *x: _fold(jnp.logical_xor, list(x)),
+}

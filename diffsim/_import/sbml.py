@@ -1,0 +1,339 @@
+"""`ds.sbml.load`: an SBML model (levels 2 and 3) as a diffsim model.
+
+The file is read by python-libsbml; its mathematics become SymPy expressions node by node and
+JAX functions by walking those (`expressions.py`): nothing in the file is evaluated as Python.
+What is read:
+
+- compartments (constant sizes), species (in concentration or, with `hasOnlySubstanceUnits`,
+  amount; boundary and constant species keep their value), parameters;
+- reactions with their kinetic laws (local parameters substituted) and constant
+  stoichiometries: d[S]/dt = Σ stoichiometry · rate / volume of S's compartment (a species in
+  amount units without the division);
+- assignment rules (evaluated in dependency order wherever a value is needed), rate rules (their
+  variable becomes a state), initial assignments, function definitions, `piecewise` (as
+  `jnp.where`), the csymbol time.
+
+What is not, refused when the file is loaded with the element's id: events, algebraic rules,
+delays, fast reactions, variable stoichiometry, non-constant compartments, conversion factors.
+
+The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
+size) are traced like any model's fields: `ds.Problem` estimates them by name.
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+import sympy
+
+from .._model import AbstractODE
+from .._validate import user_path
+from .expressions import compile_expression, ExpressionError, from_ast, TIME
+
+
+class SBMLError(ValueError):
+    """An SBML file that cannot be read, or that uses a feature diffsim does not support (the
+    message names the file and the element)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Structure:
+    """What a model file defines, compiled (static: hashed by identity)."""
+
+    source: str
+    states: tuple[str, ...]  # ids of the state variables, in the state vector's order
+    rates: tuple[Callable, ...]  # per state: env -> its rate of change
+    rules: tuple[tuple[str, Callable], ...]  # assignment rules, in dependency order
+    initial: tuple[tuple[str, Callable], ...]  # initial assignments, in dependency order
+    initial_values: dict  # state id -> its value in the file (None: an assignment sets it)
+    expressions: dict  # id -> the SymPy expression of each rule and rate (for observables)
+
+
+class SBMLModel(AbstractODE):
+    """A model read from an SBML file by `ds.sbml.load`.
+
+    - `params`: dict SBML id → value of every parameter and compartment size (traced: change
+      them with `eqx.tree_at`, estimate them by name in a `ds.Problem`).
+    - `state_names`: the ids of the state variables (species, and variables of rate rules).
+    - `initial_state(values=None)`: the initial state, from the file's initial values and
+      initial assignments; `values` (dict id → number) overrides parameters before the
+      assignments and species' initial values after them (PEtab's condition table).
+    - `value(name, t, y)`: any symbol's value at (t, y): a state, a parameter, or the variable
+      of an assignment rule.
+    """
+
+    params: dict
+    structure: _Structure = eqx.field(static=True)
+
+    parameters_field: ClassVar[str | None] = "params"
+
+    @property
+    def state_names(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.structure.states
+
+    def _env(self, t, y, params=None) -> dict:
+        env = dict(self.params if params is None else params)
+        env["time"] = t
+        for i, name in enumerate(self.structure.states):
+            env[name] = y[i]
+        for name, rule in self.structure.rules:
+            env[name] = rule(env)
+        return env
+
+    def vector_field(self, t, y, args=None):
+        env = self._env(t, y)
+        dtype = jnp.result_type(y)
+        return jnp.stack([jnp.asarray(rate(env), dtype) for rate in self.structure.rates])
+
+    def value(self, name: str, t, y):
+        env = self._env(t, y)
+        if name not in env:
+            raise KeyError(f"{name!r} is not a symbol of the model from {self.structure.source}")
+        return env[name]
+
+    def initial_state(self, values: Mapping | None = None):
+        values = dict(values or {})
+        params = {k: values.get(k, v) for k, v in self.params.items()}
+        env = dict(params)
+        dtype = jnp.result_type(*params.values()) if params else jnp.result_type(float)
+        env["time"] = jnp.zeros((), dtype)
+        for name, value in self.structure.initial_values.items():
+            if value is not None:
+                env[name] = value
+        for name, rule in self.structure.rules:  # what initial assignments may read
+            try:
+                env[name] = rule(env)
+            except ExpressionError:
+                pass  # it reads a state set by an initial assignment: evaluated below
+        for name, assignment in self.structure.initial:
+            env[name] = assignment(env)
+            for rule_name, rule in self.structure.rules:
+                try:
+                    env[rule_name] = rule(env)
+                except ExpressionError:
+                    pass
+        for name in self.structure.states:
+            if name in values:
+                env[name] = values[name]
+            if name not in env:
+                raise SBMLError(
+                    f"{self.structure.source}: {name} has no initial value (none in the file, "
+                    "no initial assignment, none given)"
+                )
+        return jnp.stack([jnp.asarray(env[name], dtype) for name in self.structure.states])
+
+
+def load(path) -> SBMLModel:
+    """Read an SBML model (levels 2–3) as a `ds.SBMLModel` (see the module text for what is
+    read and what is refused).
+
+    **Raises:** `ds.sbml.SBMLError` naming the file and what is wrong (unreadable, invalid, or
+    an unsupported element by its id)."""
+    import libsbml
+
+    path = user_path(path, "ds.sbml.load(path)")
+    source = str(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"ds.sbml.load: no file at {source}")
+    document = libsbml.SBMLReader().readSBMLFromFile(source)
+    errors = [
+        document.getError(i)
+        for i in range(document.getNumErrors())
+        if document.getError(i).getSeverity() >= libsbml.LIBSBML_SEV_ERROR
+    ]
+    if errors:
+        first = errors[0]
+        raise SBMLError(
+            f"{source} is not a valid SBML file: line {first.getLine()}: "
+            f"{first.getMessage().strip()} ({len(errors)} error(s))"
+        )
+    model = document.getModel()
+    if model is None:
+        raise SBMLError(f"{source} holds no SBML model")
+    return _build(model, source)
+
+
+def _refuse(source, what):
+    raise SBMLError(f"{source}: {what}, which diffsim does not support")
+
+
+def _build(model, source: str) -> SBMLModel:
+    def math_of(node, where):
+        try:
+            return from_ast(node, functions, where)
+        except ExpressionError as error:
+            raise SBMLError(f"{source}: {error}") from None
+
+    functions = {}
+    for fd in model.getListOfFunctionDefinitions():
+        lam = fd.getMath()
+        if lam is None:
+            _refuse(source, f"function definition {fd.getId()} without math")
+        count = lam.getNumChildren()
+        arguments = [sympy.Symbol(lam.getChild(i).getName()) for i in range(count - 1)]
+        body = math_of(lam.getChild(count - 1), f"function {fd.getId()}")
+        functions[fd.getId()] = sympy.Lambda(tuple(arguments), body)
+
+    if model.getNumEvents():
+        _refuse(source, f"event {model.getEvent(0).getId() or '(unnamed)'} (events)")
+    if model.getNumConstraints():
+        pass  # constraints only assert; they do not change the dynamics
+    params: dict[str, Any] = {}
+    volumes = {}
+    for compartment in model.getListOfCompartments():
+        cid = compartment.getId()
+        if not compartment.getConstant():
+            _refuse(source, f"compartment {cid} of variable size")
+        size = compartment.getSize() if compartment.isSetSize() else 1.0
+        params[cid] = float(size)
+        volumes[cid] = sympy.Symbol(cid)
+    for parameter in model.getListOfParameters():
+        params[parameter.getId()] = (
+            float(parameter.getValue()) if parameter.isSetValue() else float("nan")
+        )
+
+    rules, rate_rules = {}, {}
+    for rule in model.getListOfRules():
+        variable = rule.getVariable()
+        if rule.isAlgebraic():
+            _refuse(source, "an algebraic rule")
+        expr = math_of(rule.getMath(), f"rule for {variable}")
+        if rule.isAssignment():
+            rules[variable] = expr
+        elif rule.isRate():
+            rate_rules[variable] = expr
+    if any(c.getId() in rules for c in model.getListOfCompartments()):
+        _refuse(source, "a compartment set by a rule")
+    for variable in rules:  # computed wherever needed: not a parameter one could set
+        params.pop(variable, None)
+
+    states, initial_values, concentration = [], {}, {}
+    species_compartment = {}
+    for species in model.getListOfSpecies():
+        sid = species.getId()
+        if species.isSetConversionFactor() if hasattr(species, "isSetConversionFactor") else False:
+            _refuse(source, f"species {sid} with a conversion factor")
+        if sid in rules:
+            continue  # computed by its assignment rule
+        amount_units = species.getHasOnlySubstanceUnits()
+        concentration[sid] = not amount_units
+        compartment = species.getCompartment()
+        species_compartment[sid] = compartment
+        volume = params.get(compartment, 1.0)
+        if species.isSetInitialConcentration():
+            value = species.getInitialConcentration()
+            initial_values[sid] = value * volume if amount_units else value
+        elif species.isSetInitialAmount():
+            value = species.getInitialAmount()
+            initial_values[sid] = value if amount_units else value / volume
+        else:
+            initial_values[sid] = None
+        states.append(sid)
+    for variable in rate_rules:
+        if variable not in states:
+            if variable not in params:
+                _refuse(source, f"rate rule for {variable}, which is no species or parameter")
+            initial_values[variable] = params.pop(variable)
+            states.append(variable)
+
+    # d/dt of every state: rate rules, else Σ stoichiometry · rate (/ volume)
+    flux = {s: sympy.Integer(0) for s in states}
+    for reaction in model.getListOfReactions():
+        rid = reaction.getId()
+        if reaction.isSetFast() and reaction.getFast():
+            _refuse(source, f"fast reaction {rid}")
+        law = reaction.getKineticLaw()
+        if law is None or law.getMath() is None:
+            _refuse(source, f"reaction {rid} without a kinetic law")
+        rate = math_of(law.getMath(), f"the kinetic law of {rid}")
+        local = {}
+        for lp in list(law.getListOfParameters()) + list(
+            law.getListOfLocalParameters() if hasattr(law, "getListOfLocalParameters") else []
+        ):
+            local[sympy.Symbol(lp.getId())] = sympy.Float(lp.getValue())
+        rate = rate.subs(local)
+        for sign, references in (
+            (-1, reaction.getListOfReactants()),
+            (1, reaction.getListOfProducts()),
+        ):
+            for reference in references:
+                sid = reference.getSpecies()
+                if (
+                    reference.isSetStoichiometryMath()
+                    if hasattr(reference, "isSetStoichiometryMath")
+                    else False
+                ):
+                    _refuse(source, f"variable stoichiometry of {sid} in {rid}")
+                if reference.isSetId() and reference.getId() in rules | rate_rules.keys():
+                    _refuse(source, f"variable stoichiometry of {sid} in {rid}")
+                stoichiometry = (
+                    reference.getStoichiometry() if reference.isSetStoichiometry() else 1.0
+                )
+                if sid not in flux:
+                    continue  # a species fixed by a rule, boundary or not
+                species = model.getSpecies(sid)
+                if species.getBoundaryCondition() or species.getConstant():
+                    continue
+                term = sign * sympy.Float(stoichiometry) * rate
+                if concentration[sid]:
+                    term = term / volumes[species_compartment[sid]]
+                flux[sid] = flux[sid] + term
+    rates = []
+    expressions = {}
+    for state in states:
+        expr = rate_rules.get(state, flux[state])
+        expressions[state] = expr
+        rates.append(compile_expression(expr, f"{source}: d{state}/dt"))
+
+    order = _ordered(rules, source, "assignment rules")
+    compiled_rules = tuple(
+        (name, compile_expression(rules[name], f"{source}: rule for {name}")) for name in order
+    )
+    assignments = {}
+    for ia in model.getListOfInitialAssignments():
+        assignments[ia.getSymbol()] = math_of(
+            ia.getMath(), f"initial assignment of {ia.getSymbol()}"
+        )
+    compiled_initial = tuple(
+        (name, compile_expression(assignments[name], f"{source}: initial assignment of {name}"))
+        for name in _ordered(assignments, source, "initial assignments")
+    )
+    expressions.update(rules)
+    structure = _Structure(
+        source=source,
+        states=tuple(states),
+        rates=tuple(rates),
+        rules=compiled_rules,
+        initial=compiled_initial,
+        initial_values=initial_values,
+        expressions=expressions,
+    )
+    return SBMLModel(
+        params={k: jnp.asarray(v, jnp.result_type(float)) for k, v in params.items()},
+        structure=structure,
+    )
+
+
+def _ordered(definitions: dict, source: str, what: str) -> list[str]:
+    """The ids of `definitions` (id -> expression) in an order where each comes after those
+    it reads."""
+    order, state = [], {}
+
+    def visit(name, trail):
+        if state.get(name) == "done":
+            return
+        if state.get(name) == "visiting":
+            cycle = " -> ".join(trail + [name])
+            raise SBMLError(f"{source}: the {what} depend on each other in a cycle ({cycle})")
+        state[name] = "visiting"
+        for symbol in definitions[name].free_symbols:
+            if symbol.name in definitions and symbol != TIME:
+                visit(symbol.name, trail + [name])
+        state[name] = "done"
+        order.append(name)
+
+    for name in definitions:
+        visit(name, [])
+    return order

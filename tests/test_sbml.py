@@ -1,0 +1,183 @@
+"""`ds.sbml.load`: SBML features against closed forms (volumes, amounts, rules, initial
+assignments, function definitions, piecewise), the published models of the PEtab collection
+against the same models written by hand, and files it refuses with the element named."""
+
+import dataclasses
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+import models
+
+PETAB = Path(__file__).resolve().parents[1] / "experiments" / "data" / "petab"
+
+_HEAD = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<sbml xmlns="http://www.sbml.org/sbml/level3/version2/core" level="3" version="2">'
+    '<model id="m">'
+)
+_TAIL = "</model></sbml>"
+_MATH = '<math xmlns="http://www.w3.org/1998/Math/MathML">{}</math>'
+
+
+def _write(tmp_path, body: str, name: str = "model.xml") -> Path:
+    path = tmp_path / name
+    path.write_text(_HEAD + body + _TAIL)
+    return path
+
+
+def _compartment(cid="c", size=2.0):
+    return f'<compartment id="{cid}" size="{size}" constant="true"/>'
+
+
+def _species(sid, initial, amount=False, kind="Concentration", boundary=False):
+    flags = f'hasOnlySubstanceUnits="{str(amount).lower()}" '
+    flags += f'boundaryCondition="{str(boundary).lower()}" constant="false"'
+    return f'<species id="{sid}" compartment="c" initial{kind}="{initial}" {flags}/>'
+
+
+def _decay(product=False):
+    reference = '<speciesReference species="B" stoichiometry="1" constant="true"/>'
+    products = f"<listOfProducts>{reference}</listOfProducts>" if product else ""
+    return (
+        '<listOfReactions><reaction id="r" reversible="false">'
+        '<listOfReactants><speciesReference species="A" stoichiometry="1" constant="true"/>'
+        f"</listOfReactants>{products}<kineticLaw>"
+        + _MATH.format("<apply><times/><ci>k</ci><ci>A</ci></apply>")
+        + "</kineticLaw></reaction></listOfReactions>"
+    )
+
+
+def _solve(model, y0, ts):
+    return ds.simulate(model, y0, ts, solver=ds.Tsit5(rtol=1e-10, atol=1e-12)).ys
+
+
+TS = jnp.linspace(0.0, 3.0, 7)
+
+
+def test_a_reaction_changes_a_concentration_by_its_rate_over_the_volume(tmp_path):
+    """A → B at rate k·A (amount per time, as SBML's kinetic laws are) in a compartment of
+    volume 2: d[A]/dt = −k[A]/2; B, in amount units, gains the whole rate."""
+    body = (
+        f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+        + _species("A", 3.0)
+        + _species("B", 0.0, amount=True, kind="Amount")
+        + '</listOfSpecies><listOfParameters><parameter id="k" value="0.4" constant="true"/>'
+        "</listOfParameters>" + _decay(product=True)
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert model.state_names == ("A", "B") and set(model.params) == {"c", "k"}
+    y0 = model.initial_state()
+    np.testing.assert_allclose(y0, [3.0, 0.0])
+    ys = _solve(model, y0, TS)
+    a = 3.0 * np.exp(-0.2 * np.asarray(TS))
+    np.testing.assert_allclose(ys[:, 0], a, rtol=1e-9)
+    # B (amount) = volume × what A (concentration) lost
+    np.testing.assert_allclose(ys[:, 1], 2.0 * (3.0 - a), rtol=1e-9, atol=1e-12)
+
+
+def test_rules_initial_assignments_functions_and_piecewise(tmp_path):
+    """x' = piecewise(1 if t < 1, else 0) (a rate rule on a parameter): x = min(t, 1); the
+    decay rate is an assignment rule through a function definition, double(kh) = 2 kh; A's
+    initial concentration is an initial assignment 3 kh + 1."""
+    function = (
+        '<listOfFunctionDefinitions><functionDefinition id="double">'
+        + _MATH.format(
+            "<lambda><bvar><ci>v</ci></bvar><apply><times/><cn>2</cn><ci>v</ci></apply></lambda>"
+        )
+        + "</functionDefinition></listOfFunctionDefinitions>"
+    )
+    body = (
+        function
+        + f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments><listOfSpecies>"
+        + _species("A", 0.0)
+        + '</listOfSpecies><listOfParameters><parameter id="kh" value="0.25" constant="true"/>'
+        '<parameter id="k" constant="false"/><parameter id="x" value="0" constant="false"/>'
+        '</listOfParameters><listOfInitialAssignments><initialAssignment symbol="A">'
+        + _MATH.format(
+            "<apply><plus/><apply><times/><cn>3</cn><ci>kh</ci></apply><cn>1</cn></apply>"
+        )
+        + "</initialAssignment></listOfInitialAssignments><listOfRules>"
+        '<assignmentRule variable="k">'
+        + _MATH.format("<apply><ci>double</ci><ci>kh</ci></apply>")
+        + '</assignmentRule><rateRule variable="x">'
+        + _MATH.format(
+            '<piecewise><piece><cn>1</cn><apply><lt/><csymbol encoding="text" '
+            'definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>'
+            "</piece><otherwise><cn>0</cn></otherwise></piecewise>"
+        )
+        + "</rateRule></listOfRules>"
+        + _decay()
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert model.state_names == ("A", "x") and "k" not in model.params  # k is computed
+    y0 = model.initial_state()
+    np.testing.assert_allclose(y0, [1.75, 0.0])
+    np.testing.assert_allclose(model.initial_state({"kh": 1.0}), [4.0, 0.0])  # a setting
+    ys = _solve(model, y0, jnp.array([0.0, 0.5, 0.999, 2.0]))
+    np.testing.assert_allclose(
+        ys[:, 0], 1.75 * np.exp(-0.5 * np.array([0.0, 0.5, 0.999, 2.0])), rtol=1e-8
+    )
+    np.testing.assert_allclose(ys[:3, 1], [0.0, 0.5, 0.999], atol=1e-9)
+    assert float(ys[3, 1]) == pytest.approx(1.0, abs=1e-3)  # a switch inside a step
+    assert float(model.value("k", 0.0, y0)) == 0.5
+
+
+@pytest.mark.parametrize(
+    "hand, folder",
+    [
+        (models.BoehmSTAT5, "Boehm_JProteomeRes2014"),
+        (models.FujitaAkt, "Fujita_SciSignal2010"),
+        (models.BrunoCarotenoids, "Bruno_JExpBot2016"),
+    ],
+    ids=["Boehm", "Fujita", "Bruno"],
+)
+def test_published_models_equal_the_same_models_written_by_hand(hand, folder):
+    """The SBML files of three PEtab studies against models.signalling (written from them by
+    hand): the same states and parameters, and the same vector field at random states to
+    round-off."""
+    (path,) = (PETAB / folder).glob("model_*.xml")
+    model = ds.sbml.load(path)
+    fields = [f.name for f in dataclasses.fields(hand)]
+    written = hand(**{name: model.params[name] for name in fields})
+    assert model.state_names == written.state_names
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        y = jnp.asarray(rng.uniform(0.0, 10.0, len(written.state_names)))
+        np.testing.assert_allclose(
+            model.vector_field(30.0, y), written.vector_field(30.0, y), rtol=1e-13, atol=1e-13
+        )
+
+
+def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file at"):
+        ds.sbml.load(tmp_path / "missing.xml")
+    (tmp_path / "broken.xml").write_text("<sbml><model")
+    with pytest.raises(ds.sbml.SBMLError, match="broken.xml is not a valid SBML file"):
+        ds.sbml.load(tmp_path / "broken.xml")
+    event = (
+        f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+        + _species("A", 1.0)
+        + '</listOfSpecies><listOfEvents><event id="dose" useValuesFromTriggerTime="true">'
+        '<trigger initialValue="false" persistent="true">'
+        + _MATH.format(
+            '<apply><gt/><csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>'
+        )
+        + '</trigger><listOfEventAssignments><eventAssignment variable="A">'
+        + _MATH.format("<cn>2</cn>")
+        + "</eventAssignment></listOfEventAssignments></event></listOfEvents>"
+    )
+    with pytest.raises(ds.sbml.SBMLError, match="event dose .* diffsim does not support"):
+        ds.sbml.load(_write(tmp_path, event, "event.xml"))
+    algebraic = (
+        f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+        + _species("A", 1.0)
+        + "</listOfSpecies><listOfRules><algebraicRule>"
+        + _MATH.format("<apply><minus/><ci>A</ci><cn>1</cn></apply>")
+        + "</algebraicRule></listOfRules>"
+    )
+    with pytest.raises(ds.sbml.SBMLError, match="an algebraic rule, which diffsim does not"):
+        ds.sbml.load(_write(tmp_path, algebraic, "algebraic.xml"))
