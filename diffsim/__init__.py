@@ -6,7 +6,7 @@ their parameters; every solver composes with `jax.jit`, `jax.vmap` and `jax.grad
 
 from importlib.metadata import PackageNotFoundError, version
 
-from . import distributed as distributed, plot as plot, sbml as sbml
+from . import distributed as distributed, petab as petab, plot as plot, sbml as sbml
 from ._analysis.iterate import iterate as iterate, Iterated as Iterated
 from ._analysis.lyapunov import lyapunov_exponent as lyapunov_exponent
 from ._analysis.sensitivity import jacobian as jacobian, sensitivity as sensitivity

@@ -26,7 +26,7 @@ LAYERS = {
     "_apps": 6,  # command line, TOML configs, bench, reproduce, demo, experiment runner
     "entry": 7,  # diffsim/cli.py and __main__.py: the one way into _apps
 }
-FACADES = {"diffsim", "diffsim.plot", "diffsim.distributed", "diffsim.sbml"}
+FACADES = {"diffsim", "diffsim.plot", "diffsim.distributed", "diffsim.sbml", "diffsim.petab"}
 ENTRIES = {"diffsim.cli", "diffsim.__main__"}
 # application functions that are public names too (`ds.run_experiment`, `ds.reproduce`): the
 # facade re-exports them, and the cycle test keeps them from importing the facade back

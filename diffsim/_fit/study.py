@@ -170,6 +170,9 @@ class Experiment:
       experiment's) of the condition the system rested in before (its steady state, reached
       from y0 under those settings, is the start). Derivatives by the implicit function
       theorem (`ds.steady_state`).
+    - `reinitialize`: with a pre-equilibration, the states (names, or indices into the state)
+      that start anew from `y0` under this experiment's settings instead of at rest (a dose
+      added after the system settled; PEtab's species set by the simulation condition).
     - `name`: a label for tables and plots (default `"experiment <i>"`).
     """
 
@@ -179,6 +182,7 @@ class Experiment:
     set: Mapping | None = None
     pre_equilibrate: Any = None
     name: str | None = None
+    reinitialize: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,7 +293,9 @@ class Problem:
                         "normal noise, or leave the value out)"
                     )
         self.tables = build_tables(self)
-        self._compiled = {}
+        # where the problem came from, for tools that write its tables back (ds.petab: the
+        # file and, per row of its measurement table, the index of that measurement here)
+        self.source: dict | None = None
 
     # --- checks --------------------------------------------------------------------------------
 
@@ -355,10 +361,11 @@ class Problem:
         return float(llh + log_prior)
 
     def predictions(self, params: Mapping | None = None) -> list[dict]:
-        """Per experiment: `time`, `observable` (names), `value` (measured) and `prediction`
-        (the model's) of every measurement, at `params`."""
+        """Per experiment: `time`, `observable` (names), `value` (measured), `prediction` (the
+        model's), `sigma` (the noise's scale) and `residual` ((m − y)/σ on the noise model's
+        scale: its square summed is the χ²) of every measurement, at `params`."""
         theta = self._theta_array(params)
-        predicted = np.asarray(evaluate_predictions(self, theta))
+        predicted, sigma, residual = (np.asarray(x) for x in evaluate_predictions(self, theta))
         out, start = [], 0
         names = np.asarray(list(self.observables), dtype=object)
         for rows in self.rows:
@@ -369,6 +376,8 @@ class Problem:
                     observable=names[rows.observable],
                     value=rows.value,
                     prediction=predicted[start:end],
+                    sigma=sigma[start:end],
+                    residual=residual[start:end],
                 )
             )
             start = end
@@ -529,6 +538,7 @@ class Group:
     members: tuple[int, ...]  # experiment indices
     settings: ParameterTable  # (members, parameters)
     pre: ParameterTable | None  # (members, parameters) settings of the pre-equilibration
+    reset: np.ndarray | None  # (members, n) bool: states started anew after it
     y0: np.ndarray | None  # (members, n) arrays, or None when y0 is a function
     y0_fn: Callable | None
     ts: np.ndarray  # (members, times) t0 first, padded past the last time
@@ -676,12 +686,7 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
             referenced.add(column)
             referenced |= {c for c in cells if isinstance(c, str)}
     observables = list(problem.observables.values())
-    base = {}
-    for k, name in enumerate(problem.parameter_names):
-        if name in problem.unknowns:
-            base[name] = jnp.asarray(problem.unknowns[name].value)
-        else:
-            base[name] = jnp.asarray(float(problem.model_parameters[name](problem.model)))
+    base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
     t = jnp.zeros(())
     found = []
@@ -745,6 +750,10 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
             y0_fn = problem.experiments[members[0]].y0
         else:
             y0s = np.stack([_y0_array(problem, e) for e in members])
+        reset = None
+        if pre:
+            size = _state_size(problem, _base_values(problem))
+            reset = np.stack([_reset_mask(problem, e, size) for e in members])
         grids = [_grid(problem.experiments[e].t0, problem.rows[e].time) for e in members]
         width = max(len(g) for g in grids)
         ts = np.stack([_padded(g, width) for g in grids])
@@ -760,6 +769,7 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
                 members=members,
                 settings=table,
                 pre=pre_table,
+                reset=reset,
                 y0=y0s,
                 y0_fn=y0_fn,
                 ts=ts,
@@ -769,6 +779,36 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
             )
         )
     return tuple(groups)
+
+
+def _reset_mask(problem, e, size: int) -> np.ndarray:
+    """bool (n,): the states experiment `e` starts anew after its pre-equilibration."""
+    experiment = problem.experiments[e]
+    label = problem.experiment_names[e]
+    names = getattr(problem.model, "state_names", None) or ()
+    mask = np.zeros(size, bool)
+    for item in experiment.reinitialize:
+        if isinstance(item, str):
+            if item not in names:
+                raise ValueError(
+                    f"{label}: reinitialize names {item!r}, which is no state ({names})"
+                )
+            mask[names.index(item)] = True
+        elif isinstance(item, (int, np.integer)) and 0 <= item < size:
+            mask[int(item)] = True
+        else:
+            raise ValueError(f"{label}: reinitialize holds {item!r}: a state's name or index")
+    return mask
+
+
+def _base_values(problem) -> dict:
+    base = {}
+    for name in problem.parameter_names:
+        if name in problem.unknowns:
+            base[name] = jnp.asarray(problem.unknowns[name].value)
+        else:
+            base[name] = jnp.asarray(float(problem.model_parameters[name](problem.model)))
+    return base
 
 
 def _y0_array(problem, e) -> np.ndarray:

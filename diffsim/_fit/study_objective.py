@@ -117,6 +117,7 @@ def _simulate_group(problem, group, theta, dtype):
     simulation (or pre-equilibration) failed."""
     settings = group.settings.values(theta)
     pre = None if group.pre is None else group.pre.values(theta)
+    reset = None if group.reset is None else jnp.asarray(group.reset)
     y0s = None if group.y0 is None else jnp.asarray(group.y0, dtype)
     ts = jnp.asarray(group.ts, dtype)
 
@@ -125,7 +126,7 @@ def _simulate_group(problem, group, theta, dtype):
             return y0
         return jnp.asarray(group.y0_fn(parameters_dict(problem, values)), dtype)
 
-    def member(values, pre_values, y0, times):
+    def member(values, pre_values, y0, times, anew):
         model = simulation_model(problem, values)
         start = initial(values, y0)
         if pre_values is not None:
@@ -135,7 +136,8 @@ def _simulate_group(problem, group, theta, dtype):
                 t0=times[0],
                 throw=False,
             )
-            start = jnp.where(rest.succeeded, rest.y, jnp.nan)
+            rested = jnp.where(anew, start, rest.y)
+            start = jnp.where(rest.succeeded, rested, jnp.nan)
         solution = simulate(
             model,
             start,
@@ -146,8 +148,14 @@ def _simulate_group(problem, group, theta, dtype):
         )
         return jnp.where(solution.succeeded, solution.ys, jnp.nan)
 
-    axes = (0, None if pre is None else 0, None if y0s is None else 0, 0)
-    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts)
+    axes = (
+        0,
+        None if pre is None else 0,
+        None if y0s is None else 0,
+        0,
+        None if reset is None else 0,
+    )
+    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts, reset)
 
 
 def row_states(problem, theta, dtype):
@@ -329,6 +337,9 @@ def evaluate_llh(problem, theta):
 
 @eqx.filter_jit
 def evaluate_predictions(problem, theta):
-    """The model's prediction of every measurement at natural θ."""
+    """(the model's prediction, the noise's σ, (m − y)/σ on the noise model's scale) of every
+    measurement at natural θ."""
     states = row_states(problem, theta, theta.dtype)
-    return observe(problem, theta, states, theta.dtype)[0]
+    predictions, sigmas = observe(problem, theta, states, theta.dtype)
+    scaled = _noise_terms(problem, predictions, sigmas, theta.dtype)[0]
+    return predictions, sigmas, scaled

@@ -87,6 +87,17 @@ class SBMLModel(AbstractODE):
         dtype = jnp.result_type(y)
         return jnp.stack([jnp.asarray(rate(env), dtype) for rate in self.structure.rates])
 
+    def environment(self, t, y, params: Mapping) -> dict:
+        """Every symbol's value at (t, y) with the parameters `params` (a dict by id, which may
+        hold more names than the model's): the states, the assignment rules and `params`."""
+        env = dict(params)
+        env["time"] = t
+        for i, name in enumerate(self.structure.states):
+            env[name] = y[i]
+        for name, rule in self.structure.rules:
+            env[name] = rule(env)
+        return env
+
     def value(self, name: str, t, y):
         env = self._env(t, y)
         if name not in env:

@@ -1,0 +1,412 @@
+"""`ds.petab.load`: a PEtab (v1) parameter-estimation problem as a `ds.Problem`.
+
+PEtab describes a study in files: an SBML model, and tables of conditions (settings of
+parameters, compartments and initial species values), measurements (observable, condition,
+pre-equilibration condition, time, value, and per-measurement observable and noise
+parameters), observables (formulas, transformations lin/log/log10, noise normal/laplace) and
+parameters (scale, bounds, nominal value, estimated or not). They map onto `ds.Problem` as:
+
+- the model: `ds.sbml.load` of the SBML file; the parameter table's nominal values replace the
+  file's values;
+- an experiment per (pre-equilibration, simulation) condition pair of the measurement table;
+  its settings the simulation condition's row; a species' value there sets its initial value
+  (after a pre-equilibration it resets that species, and NaN keeps the rested value);
+  pre-equilibration runs under the pre-equilibration condition's settings (a parameter the
+  simulation condition sets and the pre-equilibration condition does not takes its value from
+  the parameter table or the model there, as PEtab prescribes);
+- measurement-specific observable and noise parameters: per-measurement settings of the
+  formulas' placeholders (`observableParameter1_<observable>` …);
+- observable and noise formulas: parsed by libsbml's infix parser into SymPy, evaluated with
+  the state, the model's assignment rules and every parameter (never `eval`).
+
+Not read yet, refused naming the table: steady-state measurements (time = inf), priors,
+PEtab v2 files, several models or problems in one YAML file.
+"""
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._fit.study import Experiment, Observable, Problem, Unknown
+from .._validate import user_path
+from .expressions import compile_expression, ExpressionError, parse_formula
+from .sbml import load as load_sbml, SBMLModel
+
+_SET = "set:"  # the parameter that says whether a condition sets a species' initial value
+_NOISE = {
+    ("lin", "normal"): "normal",
+    ("log", "normal"): "log-normal",
+    ("log10", "normal"): "log10-normal",
+    ("lin", "laplace"): "laplace",
+    ("log", "laplace"): "log-laplace",
+    ("log10", "laplace"): "log10-laplace",
+}
+
+
+class PetabError(ValueError):
+    """A PEtab problem that cannot be read (the message names the file, the table and the
+    row or column)."""
+
+
+def load(path, *, solver=None) -> Problem:
+    """Read the PEtab (v1) problem whose YAML file is `path` as a `ds.Problem` (see the
+    module text for the mapping). `solver` as for `ds.Problem` (default `ds.Rodas5P(rtol=1e-8,
+    atol=1e-10)`).
+
+    **Raises:** `ds.petab.PetabError` naming the file, table and entry that cannot be read;
+    `ds.sbml.SBMLError` for the model file."""
+    import yaml
+
+    path = user_path(path, "ds.petab.load(path)")
+    if not path.is_file():
+        raise FileNotFoundError(f"ds.petab.load: no file at {path}")
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise PetabError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(config, Mapping):
+        raise PetabError(f"{path} is not a PEtab problem file (a YAML mapping)")
+    version = str(config.get("format_version", ""))
+    if not version.startswith("1"):
+        raise PetabError(
+            f"{path}: format_version {version!r}; diffsim reads PEtab v1 problems (v2 is not "
+            "supported yet)"
+        )
+    problems = config.get("problems")
+    if not isinstance(problems, list) or len(problems) != 1:
+        raise PetabError(f"{path}: one entry under 'problems' expected, got {problems!r}")
+    entry = problems[0]
+    folder = path.parent
+
+    def files(key, required=True) -> list[Path]:
+        names = entry.get(key) or []
+        if isinstance(names, str):
+            names = [names]
+        if required and not names:
+            raise PetabError(f"{path}: no {key}")
+        return [folder / name for name in names]
+
+    (sbml_file,) = _single(files("sbml_files"), path, "sbml_files")
+    model = load_sbml(sbml_file)
+    parameters = _table(folder / config.get("parameter_file", ""), path, "parameter_file")
+    conditions = _concat([_table(f, path, "condition_files") for f in files("condition_files")])
+    measurements = _concat(
+        [_table(f, path, "measurement_files") for f in files("measurement_files")]
+    )
+    observable_table = _concat(
+        [_table(f, path, "observable_files") for f in files("observable_files")]
+    )
+    builder = _Builder(path, model, parameters, conditions, measurements, observable_table)
+    problem = builder.problem(solver)
+    problem.source = dict(
+        petab=str(path), measurement_order=builder.order, measurements=measurements
+    )
+    return problem
+
+
+def simulations(problem: Problem, params: Mapping | None = None):
+    """The PEtab simulation table of a problem `ds.petab.load` read: its measurement table with
+    a `simulation` column (the model's prediction of each row at `params`, natural values of
+    estimated unknowns; default the nominal values)."""
+    source = problem.source or {}
+    if "petab" not in source:
+        raise PetabError("this problem was not read from a PEtab file (ds.petab.load)")
+    predicted = np.concatenate([e["prediction"] for e in problem.predictions(params)])
+    table = source["measurements"].copy()
+    table["simulation"] = predicted[source["measurement_order"]]
+    return table
+
+
+def _single(items, path, key):
+    if len(items) != 1:
+        raise PetabError(f"{path}: exactly one of {key} is read, got {len(items)}")
+    return items
+
+
+def _table(file: Path, path, key):
+    import pandas as pd
+
+    if not file.is_file():
+        raise PetabError(f"{path}: {key} names {file.name}, which does not exist")
+    try:
+        return pd.read_csv(file, sep="\t", dtype=str, keep_default_na=False)
+    except (OSError, ValueError, pd.errors.ParserError) as error:
+        raise PetabError(f"{file} is not a tab-separated table: {error}") from None
+
+
+def _concat(tables):
+    import pandas as pd
+
+    return pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+
+
+def _number(text):
+    """A cell as a float, or None when it is not a number (a parameter's id); NaN for an
+    empty cell or 'nan'."""
+    text = str(text).strip()
+    if text == "" or text.lower() == "nan":
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class _Builder:
+    def __init__(self, path, model: SBMLModel, parameters, conditions, measurements, observables):
+        self.path = path
+        self.model = model
+        self.parameters = parameters
+        self.conditions = conditions
+        self.measurements = measurements
+        self.observables = observables
+        for table, columns in (
+            (
+                parameters,
+                (
+                    "parameterId",
+                    "parameterScale",
+                    "lowerBound",
+                    "upperBound",
+                    "nominalValue",
+                    "estimate",
+                ),
+            ),
+            (conditions, ("conditionId",)),
+            (measurements, ("observableId", "simulationConditionId", "time", "measurement")),
+            (observables, ("observableId", "observableFormula", "noiseFormula")),
+        ):
+            missing = [c for c in columns if c not in table.columns]
+            if missing:
+                raise PetabError(f"{path}: a table lacks the columns {missing}")
+        if any(c.startswith("objectivePrior") for c in parameters.columns):
+            kinds = {t for t in parameters.get("objectivePriorType", []) if str(t).strip()}
+            if kinds:
+                raise PetabError(f"{path}: priors ({sorted(kinds)}) are not read yet")
+
+    # --- unknowns ---------------------------------------------------------------------------
+
+    def unknowns(self) -> dict:
+        out = {}
+        for _, row in self.parameters.iterrows():
+            name = row["parameterId"].strip()
+            scale = row["parameterScale"].strip() or "lin"
+            nominal = _number(row["nominalValue"])
+            low, high = _number(row["lowerBound"]), _number(row["upperBound"])
+            estimate = row["estimate"].strip() == "1"
+            if nominal is None or (estimate and (low is None or high is None)):
+                raise PetabError(
+                    f"{self.path}: parameter {name}: bounds and nominal must be numbers"
+                )
+            try:
+                out[name] = Unknown(
+                    nominal,
+                    bounds=(low, high) if estimate else None,
+                    scale=scale,
+                    estimate=estimate,
+                )
+            except (TypeError, ValueError) as error:
+                raise PetabError(f"{self.path}: parameter {name}: {error}") from None
+        return out
+
+    # --- conditions -------------------------------------------------------------------------
+
+    def condition(self, condition_id: str) -> dict:
+        rows = self.conditions[self.conditions["conditionId"].str.strip() == condition_id]
+        if len(rows) != 1:
+            raise PetabError(
+                f"{self.path}: condition {condition_id!r} is not in the condition table"
+            )
+        row = rows.iloc[0]
+        out = {}
+        for column in self.conditions.columns:
+            if column in ("conditionId", "conditionName"):
+                continue
+            value = str(row[column]).strip()
+            number = _number(value)
+            out[column] = value if number is None else number
+        return out
+
+    def problem(self, solver) -> Problem:
+        model = self.model
+        states = set(model.state_names)
+        unknowns = self.unknowns()
+        columns = [c for c in self.conditions.columns if c not in ("conditionId", "conditionName")]
+        self.species = tuple(c for c in columns if c in states)
+        for column in columns:
+            if column in states:
+                # its initial value, and whether the condition sets it (NaN: it does not)
+                unknowns.setdefault(column, Unknown(0.0, estimate=False))
+                unknowns.setdefault(_SET + column, Unknown(0.0, estimate=False))
+            elif column not in model.params and column not in unknowns:
+                raise PetabError(
+                    f"{self.path}: the condition table sets {column!r}, which is neither a "
+                    "parameter, a compartment nor a species of the model"
+                )
+        observables = self.observable_definitions(unknowns)
+        experiments = self.experiments(unknowns)
+        return Problem(model, experiments, observables, unknowns, solver=solver)
+
+    # --- observables ------------------------------------------------------------------------
+
+    def observable_definitions(self, unknowns: dict) -> dict:
+        out = {}
+        for _, row in self.observables.iterrows():
+            oid = row["observableId"].strip()
+            where = f"{self.path}: observable {oid}"
+            transformation = (row.get("observableTransformation", "") or "lin").strip() or "lin"
+            distribution = (row.get("noiseDistribution", "") or "normal").strip() or "normal"
+            noise = _NOISE.get((transformation, distribution))
+            if noise is None:
+                raise PetabError(f"{where}: {transformation} {distribution} noise is not supported")
+            try:
+                formula = parse_formula(row["observableFormula"], where)
+                noise_formula = parse_formula(str(row["noiseFormula"]), f"{where}'s noise")
+            except ExpressionError as error:
+                raise PetabError(str(error)) from None
+            for symbol in formula.free_symbols | noise_formula.free_symbols:
+                name = symbol.name
+                if name.startswith(("observableParameter", "noiseParameter")):
+                    unknowns.setdefault(name, Unknown(0.0, estimate=False))  # a placeholder
+            out[oid] = Observable(
+                _Formula(self.model, compile_expression(formula, where)),
+                noise=noise,
+                sigma=_Formula(self.model, compile_expression(noise_formula, where)),
+            )
+        return out
+
+    # --- experiments ------------------------------------------------------------------------
+
+    def experiments(self, unknowns: dict) -> list:
+        table = self.measurements
+        pre_column = (
+            table["preequilibrationConditionId"].str.strip()
+            if "preequilibrationConditionId" in table.columns
+            else None
+        )
+        keys = []
+        for i in range(len(table)):
+            pre = "" if pre_column is None else pre_column.iloc[i]
+            keys.append((pre, table["simulationConditionId"].iloc[i].strip()))
+        initial = _InitialState(self.model, self.species)
+        experiments = []
+        self.order = np.zeros(len(keys), dtype=int)  # file row -> its index in the problem
+        offset = 0
+        for pre, sim in dict.fromkeys(keys):
+            mine = np.asarray([k == (pre, sim) for k in keys])
+            self.order[mine] = offset + np.arange(mine.sum())
+            offset += int(mine.sum())
+            rows = table[mine]
+            data = self.rows(rows, unknowns)
+            settings = self.settings(self.condition(sim))
+            pre_settings = None
+            if pre:
+                rested = self.settings(self.condition(pre))
+                pre_settings = {}
+                for key in set(settings) | set(rested):
+                    pre_settings[key] = (
+                        rested[key] if key in rested else self.base_value(key, unknowns)
+                    )
+            # after a pre-equilibration, the species the simulation condition sets start anew
+            reset = tuple(s for s in self.species if settings.get(_SET + s) == 1.0) if pre else ()
+            experiments.append(
+                Experiment(
+                    data,
+                    y0=initial,
+                    t0=0.0,
+                    set=settings,
+                    pre_equilibrate=pre_settings,
+                    reinitialize=reset,
+                    name=sim if not pre else f"{pre} -> {sim}",
+                )
+            )
+        return experiments
+
+    def settings(self, row: dict) -> dict:
+        """A condition's row as settings: parameters and compartments as given (an empty cell
+        leaves them), species as their initial value and its flag (NaN: not set)."""
+        out = {}
+        for key, value in row.items():
+            missing = isinstance(value, float) and math.isnan(value)
+            if key in self.species:
+                out[_SET + key] = 0.0 if missing else 1.0
+                if not missing:
+                    out[key] = value
+            elif not missing:
+                out[key] = value
+        return out
+
+    def base_value(self, key, unknowns):
+        """A setting's value where no condition sets it: the parameter table's, else the
+        model's (a species flag: not set)."""
+        if key.startswith(_SET):
+            return 0.0
+        if key in unknowns and unknowns[key].estimate:
+            return key
+        if key in unknowns:
+            return unknowns[key].value
+        if key in self.model.params:
+            return float(self.model.params[key])
+        return math.nan
+
+    def rows(self, rows, unknowns: dict) -> dict:
+        times = np.asarray([_number(t) for t in rows["time"]], dtype=float)
+        if np.any(np.isinf(times)):
+            raise PetabError(
+                f"{self.path}: steady-state measurements (time = inf) are not supported yet"
+            )
+        values = np.asarray([_number(v) for v in rows["measurement"]], dtype=float)
+        observables = [o.strip() for o in rows["observableId"]]
+        data = {"time": times, "observable": observables, "value": values}
+        for kind, column in (("observable", "observableParameters"), ("noise", "noiseParameters")):
+            if column not in rows.columns:
+                continue
+            for r, (oid, cell) in enumerate(zip(observables, rows[column])):
+                cell = str(cell).strip()
+                if not cell or cell.lower() == "nan":
+                    continue
+                for i, part in enumerate(cell.split(";"), start=1):
+                    name = f"{kind}Parameter{i}_{oid}"
+                    part = part.strip()
+                    number = _number(part)
+                    if number is None and part not in unknowns and part not in self.model.params:
+                        raise PetabError(
+                            f"{self.path}: a measurement's {column} names {part!r}, which is "
+                            "no parameter"
+                        )
+                    data.setdefault(name, np.full(len(times), np.nan, dtype=object))[r] = (
+                        part if number is None else number
+                    )
+                    unknowns.setdefault(name, Unknown(0.0, estimate=False))
+        return data
+
+
+class _Formula:
+    """An observable's or a noise model's formula as `fn(t, y, p)`: the model's symbols (states,
+    assignment rules) and every parameter of the study by name."""
+
+    def __init__(self, model: SBMLModel, compiled):
+        self.model, self.compiled = model, compiled
+
+    def __call__(self, t, y, p):
+        return self.compiled(self.model.environment(t, y, p))
+
+
+class _InitialState:
+    """The initial state under a condition: the model's (its initial values and assignments
+    with the condition's parameters), with each species the condition sets replaced by its
+    value (the parameters `<species>` and `set:<species>`)."""
+
+    def __init__(self, model: SBMLModel, species: tuple):
+        self.model, self.species = model, species
+
+    def __call__(self, p):
+        model = self.model
+        state = model.initial_state({k: v for k, v in p.items() if k in model.params})
+        for name in self.species:
+            i = model.state_names.index(name)
+            state = state.at[i].set(jnp.where(p[_SET + name] > 0, p[name], state[i]))
+        return state

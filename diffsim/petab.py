@@ -1,0 +1,5 @@
+"""PEtab problems: `ds.petab.load(path_to_yaml)` reads a parameter-estimation problem (an SBML
+model and its tables of conditions, measurements, observables and parameters) as a
+`ds.Problem`."""
+
+from ._import.petab import load as load, PetabError as PetabError, simulations as simulations
