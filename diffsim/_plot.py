@@ -248,19 +248,41 @@ def sweep_heatmap(
 
 def fit(result, *, points: int = 400):
     """Data, the fitted curve and the residuals of a `ds.FitResult`, one column per observable
-    (residuals below, on the scale of the loss: log residuals for `log_loss` fits).
+    (residuals below, on the scale of the loss: log residuals for `log_loss` fits); of a
+    `ds.ProblemFit`, its measurements and predictions, one panel per experiment.
 
     **Returns:** the figure (`result.plot()` draws the same).
     """
     from ._fit.result import FitResult
+    from ._fit.study_fit import ProblemFit
 
     # the type is checked here, above the fitting layer: the figure itself (diffsim._fit.plot)
     # sits below FitResult, which draws through it, so it cannot import FitResult
+    if isinstance(result, ProblemFit):
+        return result.plot()
     if not isinstance(result, FitResult):
         raise TypeError(
-            f"ds.plot.fit takes a ds.FitResult (from ds.fit), got {type(result).__name__}"
+            f"ds.plot.fit takes a ds.FitResult or a ds.ProblemFit (from ds.fit), got "
+            f"{type(result).__name__}"
         )
     return _fit_figure(result, points=points)
+
+
+def waterfall(result):
+    """The final log-likelihoods of a study's starts, best first, as their distance below the
+    best (`ds.ProblemFit.plot_waterfall`): how many starts found the best optimum, and which
+    other optima they ended in.
+
+    **Returns:** the figure.
+    """
+    from ._fit.study_fit import ProblemFit
+
+    if not isinstance(result, ProblemFit):
+        raise TypeError(
+            f"ds.plot.waterfall takes a ds.ProblemFit (ds.fit of a ds.Problem), got "
+            f"{type(result).__name__}"
+        )
+    return result.plot_waterfall()
 
 
 def sobol_indices(indices, *, labels=None, ax=None):

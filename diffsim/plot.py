@@ -1,6 +1,6 @@
 """Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `fit`, `convergence`,
-`sobol_indices`, each returning the matplotlib figure; the shared style (`STYLE`, `style()`)
-and byte-stable `save`."""
+`sobol_indices`, `waterfall`, each returning the matplotlib figure; the shared style (`STYLE`,
+`style()`) and byte-stable `save`."""
 
 from ._plot import (
     convergence as convergence,
@@ -13,4 +13,5 @@ from ._plot import (
     style as style,
     sweep_heatmap as sweep_heatmap,
     trajectory as trajectory,
+    waterfall as waterfall,
 )

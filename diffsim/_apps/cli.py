@@ -22,6 +22,10 @@ def _demo(args) -> int:
 
 
 def _info(args) -> int:
+    if args.problem is not None:
+        from .petab_fit import info
+
+        return info(args.problem)
     import diffrax
     import equinox
     import jax
@@ -104,6 +108,25 @@ def _fit(args) -> int:
     import json
     import os
 
+    from .petab_fit import is_problem_file
+
+    if is_problem_file(args.config):
+        from .petab_fit import fit
+
+        return fit(
+            args.config,
+            starts=20 if args.starts is None else args.starts,
+            out=args.out,
+            seed=args.seed,
+            quiet=args.quiet,
+        )
+    if args.starts is not None or args.seed != 0:
+        print(
+            "diffsim fit: --starts and --seed are for PEtab problems (problem.yaml); a TOML "
+            "fit sets starts and seed in its file",
+            file=sys.stderr,
+        )
+        return 2
     from .fit_config import fit_arguments, FitConfigError, load
 
     try:
@@ -119,7 +142,7 @@ def _fit(args) -> int:
     matplotlib.use("Agg")
     import diffsim as ds
 
-    from .config import writable_folder
+    from .config import writable_folder, write_atomically
 
     out = os.path.expanduser(args.out or config["out"])
     try:
@@ -132,9 +155,9 @@ def _fit(args) -> int:
     summary = result.summary()
     print(summary)
     try:
-        _write_atomically(os.path.join(out, "summary.txt"), summary + "\n")
+        write_atomically(os.path.join(out, "summary.txt"), summary + "\n")
         record = {"config": os.path.abspath(args.config), **result.to_dict()}
-        _write_atomically(os.path.join(out, "fit.json"), json.dumps(record, indent=1))
+        write_atomically(os.path.join(out, "fit.json"), json.dumps(record, indent=1))
         result.plot().savefig(os.path.join(out, "fit.png"), dpi=120)
     except OSError as error:
         print(
@@ -146,20 +169,6 @@ def _fit(args) -> int:
         return 2
     print(f"wrote {out}/summary.txt, fit.json, fit.png")
     return 0 if result.converged else 1
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write a text file whole or not at all (a full disk leaves the old file, not half)."""
-    import os
-
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 def _reproduce(args) -> int:
@@ -228,10 +237,27 @@ def main(argv=None) -> int:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_sweep)
     fit = commands.add_parser(
-        "fit", help="fit a model to data as described in a TOML file; print the summary"
+        "fit",
+        help="fit a PEtab problem (problem.yaml) from many starts, or a model to data as a TOML "
+        "file describes; print the summary and write the results",
     )
-    fit.add_argument("config", help="the fit's TOML file (see experiments/fits/)")
-    fit.add_argument("--out", help="write the results here instead of the config's out")
+    fit.add_argument(
+        "config",
+        help="a PEtab problem's YAML file, or a fit's TOML file (see experiments/fits/)",
+    )
+    fit.add_argument(
+        "--out",
+        help="write the results here (default for a PEtab problem: out/fit_<name>; for a TOML "
+        "file its out)",
+    )
+    fit.add_argument(
+        "--starts",
+        type=int,
+        help="PEtab problems: optimisations from starts uniform on each parameter's scale "
+        "within its bounds (default 20)",
+    )
+    fit.add_argument("--seed", type=int, default=0, help="PEtab problems: the starts' seed")
+    fit.add_argument("--quiet", action="store_true", help="no progress bar")
     fit.set_defaults(handler=_fit)
     reproduce = commands.add_parser(
         "reproduce", help="run the experiments (figures, data, manifests); --check a rerun"
@@ -266,7 +292,10 @@ def main(argv=None) -> int:
         help="folder of benchmark scripts (./experiments/bench)",
     )
     bench.set_defaults(handler=_bench)
-    info = commands.add_parser("info", help="versions and devices")
+    info = commands.add_parser(
+        "info", help="versions and devices; or, given a PEtab problem.yaml, what it holds"
+    )
+    info.add_argument("problem", nargs="?", help="a PEtab problem's YAML file")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)
     return args.handler(args)

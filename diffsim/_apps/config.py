@@ -92,6 +92,20 @@ def writable_folder(path: str, what: str, error=ConfigError) -> None:
         ) from None
 
 
+def write_atomically(path: str, text: str) -> None:
+    """Write a text file whole or not at all (a full disk leaves the old file, not half)."""
+    import os
+
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
 # The packages a config may take a model from, imported at run time (the library itself never
 # imports them): a bare name is a class of the first, a dotted name a path inside one of them.
 # A config is data: it names known models and never makes diffsim import an arbitrary module.

@@ -59,11 +59,12 @@ def fit(
     max_steps: int = 100_000,
     events=None,
     pre_equilibrate=False,
+    progress: bool = True,
 ) -> FitResult:
     """Fit parameters and/or initial-state components of `model` to `data`; or, given a
     `ds.Problem` (a study of many experiments with observation and noise models), its
     unknowns by maximum likelihood: `ds.fit(problem, starts=, screen=, key=, method=,
-    max_iterations=, rtol=, atol=, level=)` returns a `ds.ProblemFit` (see
+    max_iterations=, rtol=, atol=, level=, progress=)` returns a `ds.ProblemFit` (see
     docs/fitting.md, "Studies with many experiments").
 
     **Arguments:**
@@ -136,6 +137,7 @@ def fit(
       default 1e-8 and 1e-10 in float64, 1e-5 and 1e-7 in float32 (what its precision can
       resolve).
     - `level`: the confidence level of the reported intervals.
+    - `progress`: for a `ds.Problem`, a bar over the starts when stderr is a terminal.
 
     **Returns:** a `ds.FitResult` (see its documentation): `.model`, `.y0`, `.params`,
     `.stderr`, `.covariance`, `.converged`, `.summary()`, `.plot()`.
@@ -158,6 +160,7 @@ def fit(
             rtol=rtol,
             atol=atol,
             level=level,
+            progress=progress,
         )
     if y0 is None or data is None:
         raise TypeError("ds.fit(model, y0, data, ...) needs y0 and data (or give it a ds.Problem)")

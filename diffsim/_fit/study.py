@@ -671,46 +671,63 @@ def build_tables(problem: Problem) -> Tables:
 
 def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
     """The estimated unknowns that are nothing but the σ of normal, log-normal or
-    log10-normal measurements: not a model parameter, not a setting of an experiment or a
-    measurement, not read by any observable's function or σ function. Given the predictions,
-    the likelihood is then maximal at σ² = the mean squared difference of its measurements,
-    in closed form (hierarchical optimisation, Loos et al., *Bioinformatics* 34 (2018))."""
+    log10-normal measurements: not a model parameter, not a setting of an experiment, not read
+    by any observable's function or σ function, and wherever a measurement takes its value
+    (itself, or a measurement's override of a placeholder such as PEtab's
+    `noiseParameter1_<observable>`), that parameter is the σ of the measurement's observable.
+    Given the predictions, the likelihood is then maximal at σ² = the mean squared difference
+    of its measurements, in closed form (hierarchical optimisation, Loos et al.,
+    *Bioinformatics* 34 (2018))."""
     from .._model import output_depends_on
 
     referenced = set()
-    for experiment, table in zip(problem.experiments, problem.rows):
+    for experiment in problem.experiments:
         for settings in (experiment.set or {}, experiment.pre_equilibrate):
             if isinstance(settings, Mapping):
                 referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
-        for column, cells in table.overrides.items():
-            referenced.add(column)
-            referenced |= {c for c in cells if isinstance(c, str)}
     observables = list(problem.observables.values())
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
     t = jnp.zeros(())
+    names = problem.parameter_names
+
+    def reads(fn, name):
+        return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+
+    read = {}
+
+    def read_by_a_function(name):
+        if name not in read:
+            read[name] = any(
+                reads(o.fn, name) or (callable(o.sigma) and reads(o.sigma, name))
+                for o in observables
+            )
+        return read[name]
+
+    sigma_of_row = np.asarray(
+        [o.sigma if isinstance(o.sigma, str) else None for o in observables], dtype=object
+    )[row_observable]
+    laplace_row = np.asarray([o.laplace for o in observables], dtype=bool)[row_observable]
     found = []
-    position = {n: k for k, n in enumerate(problem.parameter_names)}
     for k, name in enumerate(problem.names):
-        users = [o for o, obs in enumerate(observables) if obs.sigma == name]
-        if (
-            not users
-            or name in problem.model_parameters
-            or name in referenced
-            or any(observables[o].laplace for o in users)
-        ):
+        if name in problem.model_parameters or name in referenced or read_by_a_function(name):
             continue
-
-        def reads(fn, name=name):
-            return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
-
-        if any(reads(o.fn) or (callable(o.sigma) and reads(o.sigma)) for o in observables):
+        taken = (rows.kind == ESTIMATED) & (rows.index == k)  # (measurements, parameters)
+        columns = np.flatnonzero(taken.any(axis=0))
+        if not len(columns):
             continue
-        column = position[name]
-        mine = (rows.kind[:, column] == ESTIMATED) & (rows.index[:, column] == k)
-        mask = np.isin(row_observable, users) & mine
-        if mask.any():
-            found.append((k, mask))
+        mask = np.zeros(len(row_observable), dtype=bool)
+        for column in columns:
+            # a measurement reads the column only as its σ: no function reads it
+            if names[column] in problem.model_parameters or read_by_a_function(names[column]):
+                break
+            where = taken[:, column] & (sigma_of_row == names[column])
+            if np.any(laplace_row[where]):
+                break
+            mask |= where
+        else:
+            if mask.any():
+                found.append((k, mask))
     return tuple(found)
 
 

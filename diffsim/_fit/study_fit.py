@@ -4,8 +4,8 @@ from one or many starts, and `ds.ProblemFit`, what it returns.
 The starts: the unknowns' values, then points uniform on each unknown's scale within its
 bounds (Halton, shifted at random by `key`); with `screen` more points than `starts`, the
 objective is evaluated at each (one forward simulation of every experiment) and the lowest
-are optimised. Every optimisation runs in one compiled program, one after another (`lax.scan`:
-batched starts would each wait for the slowest simulation), by Levenberg–Marquardt on the
+are optimised. The optimisations run one after another (batched starts would each wait for
+the slowest simulation) through one compiled program, by Levenberg–Marquardt on the
 residual form of the negative log-likelihood (`study_objective`), or BFGS where a measurement
 has Laplace noise (whose residual form is not smooth).
 
@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._progress import progress_bar
 from .._quasirandom import halton_unit
-from . import bounded_lm, optimize as opt
+from . import bounded_lm, optimize as opt, study_plot
 from .data import FitWarning
 from .optimize import FIT_RESULTS
 from .study import Problem
@@ -108,6 +109,48 @@ class ProblemFit:
         measurement at the fitted values (`ds.Problem.predictions`)."""
         return self.problem.predictions(self.params)
 
+    def plot(self, *, experiments=None):
+        """Measurements and fitted predictions, one panel per experiment (the first 12, or
+        those named); returns the matplotlib figure (`ds.plot.fit`)."""
+        return study_plot.fits(self, experiments=experiments)
+
+    def plot_waterfall(self):
+        """The starts' log-likelihoods, best first (`ds.plot.waterfall`); returns the figure."""
+        return study_plot.waterfall(self, reached=SAME_OPTIMUM)
+
+    def to_dict(self) -> dict:
+        """The result as plain JSON-ready values (no problem object); every start's unknowns
+        on their scales under `starts.params_on_scale`."""
+        scales = self.problem.tables.scales
+        natural = np.stack([np.asarray(self.starts["params"][n]) for n in self.names], axis=1)
+        return _json_ready(
+            dict(
+                names=list(self.names),
+                scales=dict(zip(self.names, scales)),
+                params=self.params,
+                params_on_scale=self.params_on_scale,
+                llh=self.llh,
+                log_posterior=self.log_posterior,
+                stderr=self.stderr,
+                confidence_intervals={k: list(v) for k, v in self.confidence_intervals.items()},
+                level=self.level,
+                covariance=np.asarray(self.covariance).tolist(),
+                converged=self.converged,
+                reason=self.reason,
+                iterations=self.iterations,
+                starts=dict(
+                    llh=np.asarray(self.starts["llh"]).tolist(),
+                    converged=np.asarray(self.starts["converged"]).tolist(),
+                    params_on_scale=scaled_on_host(natural, scales).tolist(),
+                ),
+                best_start=self.best_start,
+                starts_reached=self.starts_reached,
+                seconds=self.seconds,
+                timings=self.timings,
+                warnings=list(self.warnings),
+            )
+        )
+
     def summary(self) -> str:
         lines = [
             f"{self.problem!r}",
@@ -160,6 +203,7 @@ def fit_problem(
     rtol: float | None = None,
     atol: float | None = None,
     level: float = 0.95,
+    progress: bool = True,
 ) -> ProblemFit:
     """`ds.fit(problem, ...)`: see `ds.fit`."""
     from .._validate import check_key, check_static_count
@@ -211,22 +255,76 @@ def fit_problem(
     num_residuals = 2 * len(tables.row_time) + sum(
         problem.unknowns[n].prior is not None for n in problem.names
     )
-    clock = time.perf_counter()
-    compiled = _run.lower(problem, candidates, optimizer, count, num_residuals).compile()
-    compile_seconds = time.perf_counter() - clock
-    clock = time.perf_counter()
-    out = jax.device_get(compiled(problem, candidates, optimizer, count, num_residuals))
-    run_seconds = time.perf_counter() - clock
+    timings = dict(compile=0.0, run=0.0)
+    screened = None
+    if candidates.shape[0] > count:
+        losses = _timed(_screen, timings, problem, candidates)
+        screened = np.where(np.isfinite(losses), losses, np.inf)
+        chosen = candidates[np.argsort(screened, kind="stable")[:count]]
+    else:
+        chosen = candidates
+    # one program per start, called once per start (not a scan over the starts): `starts`
+    # does not change what is compiled, the bar advances as each ends, and an interrupted
+    # multi-start keeps the starts that finished
+    optima = []
+    bar = progress_bar(count, enabled=progress, description="starts", unit="start")
+    compiled = None
+    try:
+        for s0 in chosen:
+            if compiled is None:
+                clock = time.perf_counter()
+                compiled = _optimize.lower(problem, s0, optimizer, num_residuals).compile()
+                timings["compile"] += time.perf_counter() - clock
+            clock = time.perf_counter()
+            optima.append(jax.device_get(compiled(problem, s0, optimizer, num_residuals)))
+            timings["run"] += time.perf_counter() - clock
+            bar.update(1)
+    except KeyboardInterrupt:
+        if not optima:
+            raise
+        interrupted = len(optima)
+    else:
+        interrupted = None
+    finally:
+        bar.close()
+    out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
+    best = int(np.argmin(np.where(np.isfinite(out["objective"]), out["objective"], np.inf)))
+    out["best"] = best
+    out["information"] = _timed(_information, timings, problem, jnp.asarray(out["scaled"][best]))
+    out["screened"] = screened
     return _result(
         problem,
         out,
         np.asarray(candidates),
-        points > count,
+        screened is not None,
         optimizer,
         level,
         start_time,
-        dict(compile=compile_seconds, run=run_seconds),
+        timings,
+        interrupted=None if interrupted is None else (interrupted, count),
     )
+
+
+def _timed(function, timings, *arguments):
+    """Compile `function` for `arguments` ahead of time and run it, adding both times."""
+    clock = time.perf_counter()
+    compiled = function.lower(*arguments).compile()
+    timings["compile"] += time.perf_counter() - clock
+    clock = time.perf_counter()
+    out = jax.device_get(compiled(*arguments))
+    timings["run"] += time.perf_counter() - clock
+    return out
+
+
+def _json_ready(value):
+    """`value` with every NaN or infinite float as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value
 
 
 def _given_starts(problem: Problem, starts, dtype):
@@ -271,78 +369,69 @@ def _typed(key):
     return key if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(key)
 
 
-@eqx.filter_jit
-def _run(problem: Problem, candidates, optimizer, count: int, num_residuals: int):
-    """Screen the candidates (on the unknowns' scales; when there are more than `count`),
-    optimise the `count` lowest one after another, and take the Fisher information at the best
-    optimum: one program."""
+def _scaled_residuals(problem: Problem):
     tables = problem.tables
+    return lambda scaled: residuals(problem, to_natural_values(scaled, tables.scales))
 
-    def residual_scaled(scaled):
-        return residuals(problem, to_natural_values(scaled, tables.scales))
 
-    screened = None
-    if candidates.shape[0] > count:
-        losses = jax.lax.map(lambda s: jnp.sum(residual_scaled(s) ** 2), candidates)
-        screened = jnp.where(jnp.isfinite(losses), losses, jnp.inf)
-        chosen = candidates[jnp.argsort(screened, stable=True)[:count]]
-    else:
-        chosen = candidates
+@eqx.filter_jit
+def _screen(problem: Problem, candidates):
+    """Σ r² at each candidate (rows, on the unknowns' scales): one forward simulation each."""
+    residual_scaled = _scaled_residuals(problem)
+    return jax.lax.map(lambda s: jnp.sum(residual_scaled(s) ** 2), candidates)
 
+
+@eqx.filter_jit
+def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
+    """One optimisation from `s0` (on the unknowns' scales) and the objective at its end."""
+    tables = problem.tables
+    residual_scaled = _scaled_residuals(problem)
     if optimizer.method == "bfgs":  # on unbounded coordinates: a logistic map onto the box
 
-        def one(_, s0):
-            def residual_u(u):
-                return residual_scaled(scaled_from_u(u, tables))
+        def residual_u(u):
+            return residual_scaled(scaled_from_u(u, tables))
 
-            # strictly inside: a bound is at infinity in these coordinates
-            width = jnp.asarray(
-                np.where(np.isfinite(tables.upper - tables.lower), tables.upper - tables.lower, 1.0)
-            )
-            s0 = jnp.clip(s0, tables.lower + 1e-9 * width, tables.upper - 1e-9 * width)
-            optimum = opt.optimize(residual_u, u_from_scaled(s0, tables), optimizer, num_residuals)
-            return None, eqx.tree_at(lambda o: o.u, optimum, scaled_from_u(optimum.u, tables))
-
+        # strictly inside: a bound is at infinity in these coordinates
+        width = jnp.asarray(
+            np.where(np.isfinite(tables.upper - tables.lower), tables.upper - tables.lower, 1.0)
+        )
+        s0 = jnp.clip(s0, tables.lower + 1e-9 * width, tables.upper - 1e-9 * width)
+        optimum = opt.optimize(residual_u, u_from_scaled(s0, tables), optimizer, num_residuals)
+        scaled = scaled_from_u(optimum.u, tables)
     else:  # Levenberg–Marquardt within the bounds, on the scales themselves
+        optimum = bounded_lm.minimize(
+            residual_scaled,
+            s0,
+            tables.lower,
+            tables.upper,
+            max_steps=optimizer.max_steps,
+            rtol=optimizer.rtol,
+            atol=optimizer.atol,
+            refine=_noise_refinement(problem) if tables.noise else None,
+        )
+        scaled = optimum.u
+    nll, prior = negative_log_likelihood(problem, to_natural_values(scaled, tables.scales))
+    return dict(
+        scaled=scaled,
+        code=optimum.code,
+        steps=optimum.steps,
+        nll=nll,
+        prior=prior,
+        objective=nll + prior,
+        chosen=s0,
+    )
 
-        def one(_, s0):
-            optimum = bounded_lm.minimize(
-                residual_scaled,
-                s0,
-                tables.lower,
-                tables.upper,
-                max_steps=optimizer.max_steps,
-                rtol=optimizer.rtol,
-                atol=optimizer.atol,
-                refine=_noise_refinement(problem) if tables.noise else None,
-            )
-            return None, optimum
 
-    _, optima = jax.lax.scan(one, None, chosen)
-    scaled_all = optima.u
-    nll, prior = jax.vmap(
-        lambda s: negative_log_likelihood(problem, to_natural_values(s, tables.scales))
-    )(scaled_all)
-    objective = jnp.where(jnp.isfinite(nll + prior), nll + prior, jnp.inf)
-    best = jnp.argmin(objective)
-    scaled = scaled_all[best]
+@eqx.filter_jit
+def _information(problem: Problem, scaled):
+    """The Fisher information on the unknowns' scales at `scaled` (priors' Hessian included)."""
+    tables = problem.tables
 
     def fisher(scaled):
         return fisher_residuals(problem, to_natural_values(scaled, tables.scales))
 
     jacobian = jax.jacfwd(fisher)(scaled)
-    information = jacobian.T @ jacobian + prior_hessian(problem, scaled)
-    return dict(
-        scaled=scaled_all,
-        code=optima.code,
-        steps=optima.steps,
-        nll=nll,
-        prior=prior,
-        best=best,
-        information=information,
-        screened=screened,
-        chosen=chosen,
-    )
+    return jacobian.T @ jacobian + prior_hessian(problem, scaled)
 
 
 def _noise_refinement(problem: Problem):
@@ -371,7 +460,9 @@ def _noise_refinement(problem: Problem):
     return refine
 
 
-def _result(problem, out, candidates, screened, optimizer, level, start_time, timings):
+def _result(
+    problem, out, candidates, screened, optimizer, level, start_time, timings, interrupted=None
+):
     from scipy.stats import norm
 
     names = problem.names
@@ -390,7 +481,8 @@ def _result(problem, out, candidates, screened, optimizer, level, start_time, ti
     covariance = _inverse(information, names, notes)
     stderr_array = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     scale = np.where(stderr_array > 0, stderr_array, np.nan)
-    correlation = covariance / np.outer(scale, scale)
+    with np.errstate(invalid="ignore"):  # inf/inf of undetermined unknowns: NaN
+        correlation = covariance / np.outer(scale, scale)
     z = float(norm.ppf(0.5 + level / 2))
     low = natural_on_host(scaled[best] - z * stderr_array, tables.scales)
     high = natural_on_host(scaled[best] + z * stderr_array, tables.scales)
@@ -408,6 +500,11 @@ def _result(problem, out, candidates, screened, optimizer, level, start_time, ti
         )
     if not converged:
         notes.append(f"the best start did not converge: {code.message}")
+    if interrupted is not None:
+        notes.append(
+            f"interrupted: {interrupted[0]} of {interrupted[1]} starts finished; the result is "
+            "the best of those"
+        )
     screen = None
     if screened:
         losses = np.asarray(out["screened"])
@@ -448,7 +545,7 @@ def _result(problem, out, candidates, screened, optimizer, level, start_time, ti
         warnings=tuple(notes),
     )
     for note in notes:
-        warnings.warn(note, FitWarning, stacklevel=3)
+        warnings.warn(note, FitWarning, stacklevel=4)  # _result, fit_problem, ds.fit
     return result
 
 

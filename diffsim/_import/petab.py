@@ -102,7 +102,17 @@ def load(path, *, solver=None) -> Problem:
     builder = _Builder(path, model, parameters, conditions, measurements, observable_table)
     problem = builder.problem(solver)
     problem.source = dict(
-        petab=str(path), measurement_order=builder.order, measurements=measurements
+        petab=str(path),
+        files=[
+            path,
+            sbml_file,
+            folder / config.get("parameter_file", ""),
+            *files("condition_files"),
+            *files("measurement_files"),
+            *files("observable_files"),
+        ],
+        measurement_order=builder.order,
+        measurements=measurements,
     )
     return problem
 
@@ -274,9 +284,19 @@ class _Builder:
             out[oid] = Observable(
                 _Formula(self.model, compile_expression(formula, where)),
                 noise=noise,
-                sigma=_Formula(self.model, compile_expression(noise_formula, where)),
+                sigma=self._sigma(noise_formula, unknowns, where),
             )
         return out
+
+    def _sigma(self, formula, unknowns: dict, where: str):
+        """The noise formula as `Observable(sigma=)`: a number, a parameter's name where it is
+        one parameter alone (so that a fit can set a noise parameter to its closed-form optimum,
+        `Tables.noise`), else a function of (t, y, p)."""
+        if formula.is_number:
+            return float(formula)
+        if formula.is_Symbol and (formula.name in unknowns or formula.name in self.model.params):
+            return formula.name
+        return _Formula(self.model, compile_expression(formula, where))
 
     # --- experiments ------------------------------------------------------------------------
 

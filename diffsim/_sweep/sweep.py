@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from .._model import AbstractODE
+from .._progress import progress_bar
 from .._results import RESULTS
 from .._solver import AbstractSolver
 from . import distributed as _distributed, store as _store
@@ -32,7 +33,6 @@ from .chunks import bytes_per_member, ChunkPlan, ChunkRunner, run_chunks
 from .fingerprint import sweep_config
 from .layout import dataset_variables
 from .members import MemberSpec
-from .progress import progress_bar
 from .samples import Samples
 from .sinks import open_sink
 
