@@ -83,7 +83,6 @@ def test_the_command_fits_a_problem_from_its_yaml_and_writes_the_result(tmp_path
     import json
 
     from diffsim._apps.cli import main
-    from diffsim._apps.petab_fit import uniform_starts
 
     (path,) = (PROBLEMS / "Boehm_JProteomeRes2014").glob("*.yaml")
     assert main(["info", str(path)]) == 0
@@ -106,7 +105,7 @@ def test_the_command_fits_a_problem_from_its_yaml_and_writes_the_result(tmp_path
     np.testing.assert_allclose(10.0 ** table["estimateOnScale"], table["estimate"], rtol=1e-12)
     for name in ("summary.txt", "waterfall.png", "fits.png"):
         assert (out / name).stat().st_size > 0
-    starts = uniform_starts(problem, 2, 0)
+    starts = problem.uniform_starts(2, seed=0)
     assert not np.allclose(starts[0], problem.theta())
     scaled = np.log10(starts)
     assert np.all((scaled >= -5) & (scaled <= 5))
@@ -115,3 +114,33 @@ def test_the_command_fits_a_problem_from_its_yaml_and_writes_the_result(tmp_path
     assert "no file at" in capsys.readouterr().err
     assert main(["fit", str(path), "--starts", "0", "--out", str(out)]) == 2
     assert "--starts must be at least 1" in capsys.readouterr().err
+
+
+def test_steady_state_measurements_are_taken_at_the_conditions_rest(tmp_path):
+    """A measurement at time = inf is the observable at the condition's steady state, reached
+    from its initial state: for A ⇌ B (k1, k2) from A = a0, B = b0, A* = k2 (a0 + b0) / (k1 +
+    k2); the rows keep their file order in `ds.petab.simulations`."""
+    case = SUITE / "0001"
+    for name in ("_0001.yaml", "_conditions.tsv", "_observables.tsv", "_model.xml"):
+        (tmp_path / name).write_text((case / name).read_text())
+    parameters = (case / "_parameters.tsv").read_text()
+    (tmp_path / "_parameters.tsv").write_text(parameters)
+    (tmp_path / "_measurements.tsv").write_text(
+        "observableId\tsimulationConditionId\ttime\tmeasurement\n"
+        "obs_a\tc0\tinf\t0.4\nobs_a\tc0\t0\t0.7\nobs_a\tc0\t10\t0.1\n"
+    )
+    problem = ds.petab.load(tmp_path / "_0001.yaml")
+    a0, b0, k1, k2 = 1.0, 0.0, 0.8, 0.6
+    rest = k2 * (a0 + b0) / (k1 + k2)
+    expected = np.asarray([rest, a0, rest + (a0 - rest) * np.exp(-(k1 + k2) * 10.0)])
+    simulated = ds.petab.simulations(problem)["simulation"].to_numpy(dtype=float)
+    np.testing.assert_allclose(simulated, expected, rtol=0, atol=1e-7)
+    measured, sigma = np.asarray([0.4, 0.7, 0.1]), 0.5
+    llh = np.sum(-0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((measured - expected) / sigma) ** 2)
+    assert problem.llh() == pytest.approx(llh, abs=1e-7)
+    # the rest moves with the rates
+    k1 = 2.0
+    rest = k2 * (a0 + b0) / (k1 + k2)
+    expected = np.asarray([rest, a0, rest + (a0 - rest) * np.exp(-(k1 + k2) * 10.0)])
+    llh = np.sum(-0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((measured - expected) / sigma) ** 2)
+    assert problem.llh({"k1": k1}) == pytest.approx(llh, abs=1e-7)

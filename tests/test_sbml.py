@@ -181,3 +181,15 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     with pytest.raises(ds.sbml.SBMLError, match="an algebraic rule, which diffsim does not"):
         ds.sbml.load(_write(tmp_path, algebraic, "algebraic.xml"))
+    converted = (
+        f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+        + _species("A", 1.0)
+        + '</listOfSpecies><listOfParameters><parameter id="cf" value="2" constant="true"/>'
+        "</listOfParameters>"
+    )
+    path = _write(tmp_path, converted, "converted.xml")
+    path.write_text(
+        path.read_text().replace('<model id="m">', '<model id="m" conversionFactor="cf">')
+    )
+    with pytest.raises(ds.sbml.SBMLError, match="the model's conversion factor cf"):
+        ds.sbml.load(path)

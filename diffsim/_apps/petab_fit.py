@@ -21,26 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 SUFFIXES = (".yaml", ".yml")
 
 
 def is_problem_file(path: str) -> bool:
     return Path(path).suffix.lower() in SUFFIXES
-
-
-def uniform_starts(problem, count: int, seed: int) -> np.ndarray:
-    """(count, unknowns) natural values: each estimated unknown uniform on its scale within its
-    bounds (± one unit of the scale around its value where a bound is open)."""
-    from .._fit.study_objective import natural_on_host, scaled_on_host
-
-    tables = problem.tables
-    guess = scaled_on_host(problem.theta(), tables.scales)
-    lower = np.where(np.isfinite(tables.lower), tables.lower, guess - 1.0)
-    upper = np.where(np.isfinite(tables.upper), tables.upper, guess + 1.0)
-    unit = np.random.default_rng(seed).uniform(size=(count, len(problem.names)))
-    return natural_on_host(lower + (upper - lower) * unit, tables.scales)
 
 
 def _load(path: str, command: str):
@@ -93,7 +78,7 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
         with warnings.catch_warnings():  # the summary below states them
             warnings.simplefilter("ignore", ds.FitWarning)
             result = ds.fit(
-                problem, starts=uniform_starts(problem, starts, seed), progress=not quiet
+                problem, starts=problem.uniform_starts(starts, seed=seed), progress=not quiet
             )
     except (ValueError, TypeError, ds.SimulationError) as error:
         print(f"diffsim fit: {type(error).__name__}: {error}", file=sys.stderr)

@@ -57,6 +57,9 @@ class Profile:
             if end is not None:
                 ax.axvline(end, color="C0", lw=0.8)
         ax.axvspan(*self.wald, color="C1", alpha=0.15, label="Wald interval")
+        values = np.asarray(self.values, dtype=float)
+        if np.all(values > 0) and values.max() > 10 * values.min():
+            ax.set_xscale("log")  # a grid over decades (an unknown on a log scale)
         ax.set_xlabel(self.name)
         ax.set_ylabel("deviance")
         ax.legend(frameon=False)

@@ -339,6 +339,24 @@ class Problem:
             "unknowns)"
         )
 
+    def uniform_starts(self, count: int, *, seed: int = 0) -> np.ndarray:
+        """Starts for `ds.fit(problem, starts=...)`: `(count, len(names))` natural values,
+        each estimated unknown uniform on its scale within its bounds (± one unit of the scale
+        around its value where a bound is open), from NumPy's generator seeded with `seed`.
+        These are the starts the PEtab benchmark collection and pyPESTO draw, and those of
+        `diffsim fit problem.yaml`; the unknowns' values (in a published problem, often the
+        published optimum) are not among them, unlike `ds.fit(problem, starts=N)`'s screen."""
+        from .._validate import check_static_count
+        from .study_objective import natural_on_host, scaled_on_host
+
+        count = check_static_count("count", count)
+        tables = self.tables
+        guess = scaled_on_host(self.theta(), tables.scales)
+        lower = np.where(np.isfinite(tables.lower), tables.lower, guess - 1.0)
+        upper = np.where(np.isfinite(tables.upper), tables.upper, guess + 1.0)
+        unit = np.random.default_rng(seed).uniform(size=(count, len(self.names)))
+        return natural_on_host(lower + (upper - lower) * unit, tables.scales)
+
     def theta(self, params: Mapping | None = None) -> np.ndarray:
         """The estimated unknowns as a vector of natural values in the order of `names`
         (`params` name → value overrides their `value`s)."""
@@ -772,7 +790,9 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
             size = _state_size(problem, _base_values(problem))
             reset = np.stack([_reset_mask(problem, e, size) for e in members])
         grids = [_grid(problem.experiments[e].t0, problem.rows[e].time) for e in members]
-        width = max(len(g) for g in grids)
+        # at least t0 and one later time, which a solve needs (an experiment measured only
+        # at its start, e.g. at a pre-equilibrated rest, reads nothing after it)
+        width = max(2, max(len(g) for g in grids))
         ts = np.stack([_padded(g, width) for g in grids])
         row_member, row_time, row_ids = [], [], []
         for m, e in enumerate(members):

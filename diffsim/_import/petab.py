@@ -6,8 +6,8 @@ pre-equilibration condition, time, value, and per-measurement observable and noi
 parameters), observables (formulas, transformations lin/log/log10, noise normal/laplace) and
 parameters (scale, bounds, nominal value, estimated or not). They map onto `ds.Problem` as:
 
-- the model: `ds.sbml.load` of the SBML file; the parameter table's nominal values replace the
-  file's values;
+- the model: `ds.sbml.load` of the SBML file; in every simulation the parameter table's
+  values take the place of the file's (`problem.model.params` keeps the file's);
 - an experiment per (pre-equilibration, simulation) condition pair of the measurement table;
   its settings the simulation condition's row; a species' value there sets its initial value
   (after a pre-equilibration it resets that species, and NaN keeps the rested value);
@@ -17,10 +17,13 @@ parameters (scale, bounds, nominal value, estimated or not). They map onto `ds.P
 - measurement-specific observable and noise parameters: per-measurement settings of the
   formulas' placeholders (`observableParameter1_<observable>` …);
 - observable and noise formulas: parsed by libsbml's infix parser into SymPy, evaluated with
-  the state, the model's assignment rules and every parameter (never `eval`).
+  the state, the model's assignment rules and every parameter (never `eval`);
+- steady-state measurements (time = inf) of a condition: an experiment of their own that
+  starts at the condition's steady state (`pre_equilibrate=True`, reached from its initial
+  state) and measures there (at t = 0).
 
-Not read yet, refused naming the table: steady-state measurements (time = inf), priors,
-PEtab v2 files, several models or problems in one YAML file.
+Not read yet, refused naming the table: priors; steady-state measurements after a
+pre-equilibration; PEtab v2 files; several models or problems in one YAML file.
 """
 
 import math
@@ -315,13 +318,34 @@ class _Builder:
         experiments = []
         self.order = np.zeros(len(keys), dtype=int)  # file row -> its index in the problem
         offset = 0
-        for pre, sim in dict.fromkeys(keys):
-            mine = np.asarray([k == (pre, sim) for k in keys])
+        steady = np.asarray([_number(t) == math.inf for t in table["time"]])
+        for (pre, sim), at_rest in dict.fromkeys((k, r) for k, r in zip(keys, steady)):
+            mine = np.asarray([k == (pre, sim) for k in keys]) & (steady == at_rest)
             self.order[mine] = offset + np.arange(mine.sum())
             offset += int(mine.sum())
             rows = table[mine]
-            data = self.rows(rows, unknowns)
+            data = self.rows(rows, unknowns, at_rest=at_rest)
             settings = self.settings(self.condition(sim))
+            if at_rest:
+                # measured at t = inf: the steady state under the condition, reached from its
+                # initial state; with a pre-equilibration before it, that start would be the
+                # pre-equilibrated state, which one Experiment does not chain
+                if pre:
+                    raise PetabError(
+                        f"{self.path}: steady-state measurements (time = inf) after a "
+                        f"pre-equilibration ({pre} -> {sim}) are not supported yet"
+                    )
+                experiments.append(
+                    Experiment(
+                        data,
+                        y0=initial,
+                        t0=0.0,
+                        set=settings,
+                        pre_equilibrate=True,
+                        name=f"{sim} (steady state)",
+                    )
+                )
+                continue
             pre_settings = None
             if pre:
                 rested = self.settings(self.condition(pre))
@@ -372,12 +396,12 @@ class _Builder:
             return float(self.model.params[key])
         return math.nan
 
-    def rows(self, rows, unknowns: dict) -> dict:
+    def rows(self, rows, unknowns: dict, at_rest: bool = False) -> dict:
+        """The measurements of one experiment in long form; those at t = inf (`at_rest`) at
+        its start, which is then the steady state."""
         times = np.asarray([_number(t) for t in rows["time"]], dtype=float)
-        if np.any(np.isinf(times)):
-            raise PetabError(
-                f"{self.path}: steady-state measurements (time = inf) are not supported yet"
-            )
+        if at_rest:
+            times = np.zeros_like(times)
         values = np.asarray([_number(v) for v in rows["measurement"]], dtype=float)
         observables = [o.strip() for o in rows["observableId"]]
         data = {"time": times, "observable": observables, "value": values}

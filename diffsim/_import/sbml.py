@@ -222,6 +222,8 @@ def _build(model, source: str) -> SBMLModel:
 
     states, initial_values, concentration = [], {}, {}
     species_compartment = {}
+    if model.isSetConversionFactor() if hasattr(model, "isSetConversionFactor") else False:
+        _refuse(source, f"the model's conversion factor {model.getConversionFactor()}")
     for species in model.getListOfSpecies():
         sid = species.getId()
         if species.isSetConversionFactor() if hasattr(species, "isSetConversionFactor") else False:

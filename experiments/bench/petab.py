@@ -1,0 +1,216 @@
+"""PEtab problems read from their files (`ds.petab.load`): load time, the log-likelihood and its
+gradient at the nominal parameters against AMICI's, and multi-start fits against scipy.
+
+The problems: the eight of experiments/data/petab/ (the PEtab benchmark collection, unchanged).
+For each:
+  load      `ds.petab.load(yaml)`: the SBML model read and turned into JAX functions, the
+            tables into a `ds.Problem` (no compilation);
+  llh       the first `problem.llh()` (compiling its program) and |Δ| against AMICI's value
+            (Crauste: scipy's at rtol 1e-12, experiments/data/README.md);
+  gradient  one `jax.value_and_grad` of the llh with respect to the estimated parameters on
+            their scales (Rodas5P at rtol 1e-8, atol 1e-10; median of 5 after compiling),
+            against AMICI's `t_fwd` budget for one forward-sensitivity gradient on its CI
+            machine (AMICI-dev/AMICI tests/benchmark_models/benchmark_models.yaml, in
+            ../shared/data/petab/README.md);
+  starts    S starts, every estimated parameter uniform on its scale within its bounds
+            (NumPy `default_rng(0)`, as `diffsim fit problem.yaml` draws them and the
+            collection's benchmarks do): how many reach the best known llh (within 0.1), the
+            median time per start and the time per start that reached it (compile apart).
+            The peer: pyPESTO + AMICI when both import, else scipy's `least_squares(trf)`
+            over `solve_ivp(LSODA)` on the same residuals and scales
+            (experiments/bench/studies.py) from the first P of the same starts; the table
+            says which ran.
+
+Run: `python experiments/bench/petab.py [--starts S] [--peer-starts P] [--problems A,B]
+[--quick]` (quick, for CI: Boehm alone, 2 starts, 1 peer start).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from _timing import machine_line, record, table, targets_table
+
+import diffsim as ds
+from diffsim._fit.study_objective import negative_log_likelihood, scaled_on_host, to_natural_values
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "petab"
+REACHED = 0.1
+# AMICI's llh at the nominal parameters and its t_fwd budget (s) for one gradient
+AMICI = {
+    "Boehm_JProteomeRes2014": (-138.22199693517703, 0.05),
+    "Bruno_JExpBot2016": (46.688176988431806, 0.05),
+    "Crauste_CellSystems2017": (-190.9639776, 0.05),  # scipy at rtol 1e-12 (see the README)
+    "Elowitz_Nature2000": (63.20279991419332, 0.11),
+    "Fiedler_BMCSystBiol2016": (58.58390161681, 0.05),
+    "Fujita_SciSignal2010": (53.08377736998929, 0.5),
+    "Weber_BMC2015": (-296.2017922646865, 0.1),
+    "Zheng_PNAS2012": (278.33353271001477, 0.05),
+}
+
+
+@eqx.filter_jit
+def _llh_and_gradient(problem, scaled):
+    def llh(scaled):
+        nll, _ = negative_log_likelihood(problem, to_natural_values(scaled, problem.tables.scales))
+        return -nll
+
+    return jax.value_and_grad(llh)(scaled)
+
+
+def gradient_timing(problem) -> dict:
+    scaled = jnp.asarray(scaled_on_host(problem.theta(), problem.tables.scales))
+    clock = time.perf_counter()
+    compiled = _llh_and_gradient.lower(problem, scaled).compile()
+    compile_s = time.perf_counter() - clock
+    value, gradient = jax.block_until_ready(compiled(problem, scaled))
+    times = []
+    for _ in range(5):
+        clock = time.perf_counter()
+        jax.block_until_ready(compiled(problem, scaled))
+        times.append(time.perf_counter() - clock)
+    return dict(
+        compile=compile_s,
+        run=statistics.median(times),
+        llh=float(value),
+        finite=bool(np.all(np.isfinite(np.asarray(gradient)))),
+    )
+
+
+def run_diffsim(problem, starts) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = ds.fit(problem, starts=starts, progress=False)
+    return dict(
+        llh=np.asarray(result.starts["llh"]),
+        compile=result.timings["compile"],
+        run=result.timings["run"],
+    )
+
+
+def _peer_name() -> str:
+    try:
+        import amici  # noqa: F401
+        import pypesto  # noqa: F401
+    except ImportError:
+        return "scipy"
+    return "pypesto+amici"
+
+
+def run_peer(problem, starts, quick: bool) -> dict:
+    # pyPESTO + AMICI need a C++ toolchain and swig to compile each model; where they do not
+    # import, the peer is scipy over solve_ivp (the studies benchmark's)
+    import studies
+
+    return studies.run_scipy(problem, starts, max_nfev=30 if quick else 2000)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=20, help="0: no fits")
+    parser.add_argument("--peer-starts", type=int, default=3)
+    parser.add_argument("--problems", default=",".join(sorted(AMICI)))
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    print(machine_line())
+    names = ["Boehm_JProteomeRes2014"] if args.quick else [n for n in args.problems.split(",") if n]
+    unknown = sorted(set(names) - set(AMICI))
+    if unknown:
+        parser.error(f"unknown problems {unknown}; known: {sorted(AMICI)}")
+    peer = _peer_name()
+    checks, loads, fits = [], [], []
+    for name in names:
+        (path,) = (DATA / name).glob("*.yaml")
+        clock = time.perf_counter()
+        problem = ds.petab.load(path)
+        load_s = time.perf_counter() - clock
+        clock = time.perf_counter()
+        llh = problem.llh()
+        first_llh_s = time.perf_counter() - clock
+        reference, budget = AMICI[name]
+        gap = abs(llh - reference)
+        checks.append((f"{name}: llh within 1e-3 of the reference (|Δ|)", gap, gap <= 1e-3))
+        row = [name, len(problem.names), f"{load_s:.2f}", f"{first_llh_s:.1f}", f"{gap:.1e}"]
+        grad = gradient_timing(problem)
+        loads.append(row + [f"{grad['compile']:.1f}", f"{grad['run']:.3f}", f"{budget:g}"])
+        record(
+            f"petab ({name})",
+            "diffsim",
+            load_s=load_s,
+            llh_s=first_llh_s,
+            gap=gap,
+            gradient_compile_s=grad["compile"],
+            gradient_run_s=grad["run"],
+        )
+        checks.append(
+            (
+                f"{name}: gradient s / AMICI's t_fwd (<= 1)",
+                grad["run"] / budget,
+                grad["run"] <= budget,
+            )
+        )
+        count = 2 if args.quick else args.starts
+        if count == 0:  # --starts 0: load, llh and gradient only
+            continue
+        starts = problem.uniform_starts(count, seed=0)
+        best = max(reference, llh)
+        outcomes = {"diffsim": run_diffsim(problem, starts)}
+        outcomes[peer] = run_peer(
+            problem, starts[: 1 if args.quick else args.peer_starts], args.quick
+        )
+        best = max(best, *(float(np.max(o["llh"])) for o in outcomes.values()))
+        shares = {}
+        for method, out in outcomes.items():
+            n = out["llh"].size
+            reached = int(np.sum(out["llh"] >= best - REACHED))
+            per_start = out["run"] / n
+            per_reached = out["run"] / reached if reached else float("inf")
+            shares[method] = (reached / n, per_reached)
+            fits.append(
+                [name, method, f"{reached}/{n}", f"{per_start:.2f}", f"{per_reached:.2f}"]
+                + [f"{out['compile']:.1f}", f"{float(np.max(out['llh'])):.3f}"]
+            )
+            record(
+                f"petab starts ({name})",
+                method,
+                starts=n,
+                reached=reached,
+                run_s=out["run"],
+                compile_s=out["compile"],
+                best_llh=float(np.max(out["llh"])),
+            )
+        if not args.quick:
+            ours, theirs = shares["diffsim"], shares[peer]
+            checks.append(
+                (
+                    f"{name}: share reaching the best, diffsim − {peer}",
+                    ours[0] - theirs[0],
+                    ours[0] >= theirs[0],
+                )
+            )
+    header = ["problem", "unknowns", "load s", "first llh s", "|Δ llh|", "gradient compile s"]
+    print(table(loads, header + ["gradient s", "AMICI t_fwd s"]))
+    if fits:
+        header = ["problem", "method", "reached", "s/start", "s/reached", "compile s", "best llh"]
+        print(table(fits, header))
+        print(
+            f"peer: {peer}" + ("" if peer != "scipy" else " (pyPESTO + AMICI do not import here)")
+        )
+    print(targets_table(checks))
+
+
+if __name__ == "__main__":
+    main()
