@@ -144,3 +144,49 @@ def test_steady_state_measurements_are_taken_at_the_conditions_rest(tmp_path):
     expected = np.asarray([rest, a0, rest + (a0 - rest) * np.exp(-(k1 + k2) * 10.0)])
     llh = np.sum(-0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((measured - expected) / sigma) ** 2)
     assert problem.llh({"k1": k1}) == pytest.approx(llh, abs=1e-7)
+
+
+def test_initialisation_priors_it_does_not_follow_are_named(tmp_path):
+    import shutil
+
+    folder = tmp_path / "boehm"
+    shutil.copytree(PROBLEMS / "Boehm_JProteomeRes2014", folder)
+    (table,) = folder.glob("parameters_*.tsv")
+    frame = pd.read_csv(table, sep="\t", dtype=str, keep_default_na=False)
+    frame["initializationPriorType"] = ""
+    frame.loc[frame["parameterId"] == "k_phos", "initializationPriorType"] = "logNormal"
+    frame.loc[frame["parameterId"] == "k_imp_homo", "initializationPriorType"] = (
+        "parameterScaleUniform"
+    )
+    frame.to_csv(table, sep="\t", index=False)
+    (path,) = folder.glob("*.yaml")
+    problem = ds.petab.load(path)
+    assert problem.source["initialization_priors"] == {"k_phos": "logNormal"}
+
+
+def _math_cases():
+    path = SUITE.parents[1] / "v2.0.0" / "math" / "math_tests.yaml"
+    return yaml.safe_load(path.read_text())["cases"]
+
+
+def test_formulas_follow_petab_math():
+    """Every case of the PEtab test suite's mathematical expressions (v2.0.0/math: natural
+    `log`, `log(x, base)`, `^` right-associative, booleans as 1 and 0, `sign`, `log2`, the
+    reciprocal trigonometric functions, inf) through the reader of observable and noise
+    formulas: the value, or the same expression of symbols."""
+    import sympy
+
+    from diffsim._import.expressions import compile_expression, parse_formula
+
+    cases = _math_cases()
+    assert len(cases) == 98
+    for case in cases:
+        text, expected = str(case["expression"]), case["expected"]
+        formula = parse_formula(text, text)
+        if isinstance(expected, str) and expected.lstrip("-") == "inf":
+            expected = float(expected)
+        if isinstance(expected, str):
+            assert sympy.simplify(formula - sympy.sympify(expected)) == 0, text
+            continue
+        value = float(compile_expression(formula, text)({}))
+        assert value == pytest.approx(float(expected), rel=1e-12, abs=1e-15), text

@@ -70,6 +70,13 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
         "the first compiles the model's programs",
         flush=True,
     )
+    priors = problem.source.get("initialization_priors")
+    if priors:
+        print(
+            f"note: the parameter table's initializationPriorType ({priors}) is not followed: "
+            "every start is uniform on its parameter's scale within the bounds",
+            flush=True,
+        )
     import warnings
 
     import diffsim as ds

@@ -35,13 +35,24 @@ def _libsbml():
     return libsbml
 
 
-def from_ast(node, functions: dict | None = None, where: str = "an expression") -> sympy.Expr:
+def from_ast(
+    node, functions: dict | None = None, where: str = "an expression", *, formula: bool = False
+) -> sympy.Expr:
     """The SymPy expression of a libsbml `ASTNode`; `functions` maps the ids of the file's
-    function definitions to `sympy.Lambda`s (expanded in place)."""
+    function definitions to `sympy.Lambda`s (expanded in place). `formula`: a PEtab formula
+    parsed from text, whose `log(x, base)` takes the base second and which may call `sign`
+    and `log2` (SBML's MathML has neither)."""
     lib = _libsbml()
     functions = functions or {}
     kind = node.getType()
-    children = [from_ast(node.getChild(i), functions, where) for i in range(node.getNumChildren())]
+    children = [
+        from_ast(node.getChild(i), functions, where, formula=formula)
+        for i in range(node.getNumChildren())
+    ]
+    if not _takes_conditions(kind):
+        # true and false are 1 and 0 where a number is expected (PEtab; SBML's MathML allows
+        # it too): in arithmetic, as function arguments, compared with numbers
+        children = [_as_number(c) for c in children]
     if kind == lib.AST_NAME:
         return sympy.Symbol(node.getName())
     if kind == lib.AST_NAME_TIME:
@@ -80,7 +91,11 @@ def from_ast(node, functions: dict | None = None, where: str = "an expression") 
         return value ** (1 / degree)
     if kind == lib.AST_FUNCTION_LOG:
         base, value = children if len(children) == 2 else [sympy.Integer(10), children[0]]
-        return sympy.log(value) / sympy.log(base)
+        if formula and len(children) == 2:
+            value, base = base, value
+        return _log(value) / _log(base)
+    if kind == lib.AST_FUNCTION_LN:
+        return _log(children[0])
     if kind == lib.AST_FUNCTION_PIECEWISE:
         pieces = []
         for i in range(0, len(children) - 1, 2):
@@ -92,6 +107,8 @@ def from_ast(node, functions: dict | None = None, where: str = "an expression") 
         return sympy.Piecewise(*pieces)
     if kind == lib.AST_FUNCTION:
         name = node.getName()
+        if formula and name not in functions and name in _FORMULA_FUNCTIONS:
+            return _FORMULA_FUNCTIONS[name](*children)
         if name not in functions:
             raise ExpressionError(f"{where} calls {name!r}, which no function definition gives")
         return functions[name](*children)
@@ -110,9 +127,47 @@ def from_ast(node, functions: dict | None = None, where: str = "an expression") 
     raise ExpressionError(f"{where} uses {text!r}, which diffsim cannot read (not supported)")
 
 
+def _log(value):
+    # unevaluated: SymPy would turn log(0) into complex infinity, which has no JAX value
+    return sympy.log(value, evaluate=False) if value.is_Number else sympy.log(value)
+
+
+# what is a condition (a Symbol is a SymPy Boolean too, but here a number)
+_CONDITIONS = (
+    sympy.logic.boolalg.BooleanAtom,
+    sympy.logic.boolalg.BooleanFunction,
+    sympy.core.relational.Relational,
+)
+
+
+def _as_number(expr):
+    if isinstance(expr, _CONDITIONS):
+        if expr is sympy.true or expr is sympy.false:
+            return sympy.Integer(int(bool(expr)))
+        return sympy.Piecewise((1, expr), (0, True))
+    return expr
+
+
+def _takes_conditions(kind) -> bool:
+    """Whether the children of an AST node of `kind` are conditions, kept boolean: the
+    logical operators, and piecewise (whose conditions `_truth` reads)."""
+    lib = _libsbml()
+    return kind in (
+        lib.AST_LOGICAL_AND,
+        lib.AST_LOGICAL_OR,
+        lib.AST_LOGICAL_NOT,
+        lib.AST_LOGICAL_XOR,
+        lib.AST_FUNCTION_PIECEWISE,
+    )
+
+
+# PEtab's functions that SBML lacks (petab v2 math: sign, log2)
+_FORMULA_FUNCTIONS = {"sign": sympy.sign, "log2": lambda x: _log(x) / sympy.log(2)}
+
+
 def _truth(expr):
     """A condition: a relational or a boolean; a number is true where it is not 0."""
-    if isinstance(expr, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational)):
+    if isinstance(expr, _CONDITIONS):
         return expr
     return sympy.Ne(expr, 0)
 
@@ -122,7 +177,6 @@ def _lookups():
     simple = {
         lib.AST_FUNCTION_ABS: sympy.Abs,
         lib.AST_FUNCTION_EXP: sympy.exp,
-        lib.AST_FUNCTION_LN: sympy.log,
         lib.AST_FUNCTION_FLOOR: sympy.floor,
         lib.AST_FUNCTION_CEILING: sympy.ceiling,
         lib.AST_FUNCTION_SIN: sympy.sin,
@@ -140,6 +194,15 @@ def _lookups():
         lib.AST_FUNCTION_SEC: sympy.sec,
         lib.AST_FUNCTION_CSC: sympy.csc,
         lib.AST_FUNCTION_COT: sympy.cot,
+        lib.AST_FUNCTION_ARCSEC: sympy.asec,
+        lib.AST_FUNCTION_ARCCSC: sympy.acsc,
+        lib.AST_FUNCTION_ARCCOT: sympy.acot,
+        lib.AST_FUNCTION_SECH: sympy.sech,
+        lib.AST_FUNCTION_CSCH: sympy.csch,
+        lib.AST_FUNCTION_COTH: sympy.coth,
+        lib.AST_FUNCTION_ARCSECH: sympy.asech,
+        lib.AST_FUNCTION_ARCCSCH: sympy.acsch,
+        lib.AST_FUNCTION_ARCCOTH: sympy.acoth,
         lib.AST_FUNCTION_MAX: sympy.Max,
         lib.AST_FUNCTION_MIN: sympy.Min,
         lib.AST_FUNCTION_FACTORIAL: sympy.factorial,
@@ -185,10 +248,13 @@ def parse_formula(text: str, where: str) -> sympy.Expr:
     lib = _libsbml()
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError(f"{where}: the formula is empty")
-    node = lib.parseL3Formula(text.replace("**", "^"))
+    settings = lib.L3ParserSettings()
+    # PEtab's log(x) is the natural logarithm (libsbml's infix default reads it as log10)
+    settings.setParseLog(lib.L3P_PARSE_LOG_AS_LN)
+    node = lib.parseL3FormulaWithSettings(text.replace("**", "^"), settings)
     if node is None:
         raise ExpressionError(f"{where}: {text!r} is not a formula ({lib.getLastParseL3Error()})")
-    return from_ast(node, where=where)
+    return from_ast(node, where=where, formula=True)
 
 
 # --- SymPy -> JAX --------------------------------------------------------------------------------
@@ -280,6 +346,15 @@ _JAX = {
     sympy.sec: lambda x: 1 / jnp.cos(x),
     sympy.csc: lambda x: 1 / jnp.sin(x),
     sympy.cot: lambda x: 1 / jnp.tan(x),
+    sympy.asec: lambda x: jnp.arccos(1 / x),
+    sympy.acsc: lambda x: jnp.arcsin(1 / x),
+    sympy.acot: lambda x: jnp.arctan(1 / x),
+    sympy.sech: lambda x: 1 / jnp.cosh(x),
+    sympy.csch: lambda x: 1 / jnp.sinh(x),
+    sympy.coth: lambda x: 1 / jnp.tanh(x),
+    sympy.asech: lambda x: jnp.arccosh(1 / x),
+    sympy.acsch: lambda x: jnp.arcsinh(1 / x),
+    sympy.acoth: lambda x: jnp.arctanh(1 / x),
     sympy.factorial: lambda x: jnp.exp(gammaln(x + 1.0)),
     sympy.Max: lambda *x: _fold(jnp.maximum, list(x)),
     sympy.Min: lambda *x: _fold(jnp.minimum, list(x)),

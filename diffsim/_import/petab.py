@@ -116,6 +116,15 @@ def load(path, *, solver=None) -> Problem:
         ],
         measurement_order=builder.order,
         measurements=measurements,
+        # PEtab's priors for drawing starts, which `Problem.uniform_starts` does not follow
+        # (the default, parameterScaleUniform, is what it draws)
+        initialization_priors={
+            str(row["parameterId"]).strip(): str(row["initializationPriorType"]).strip()
+            for _, row in parameters.iterrows()
+            if "initializationPriorType" in parameters.columns
+            and str(row["initializationPriorType"]).strip()
+            not in ("", "nan", "parameterScaleUniform")
+        },
     )
     return problem
 
