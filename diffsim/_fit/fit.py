@@ -74,8 +74,11 @@ def fit(
     - `data`: a `ds.Data`, a `(ts, values)` tuple (`values` of shape `(times,)` or
       `(times, observables)`, NaN = missing), a CSV path (first column the time), a pandas
       DataFrame (the index is the time) or an xarray object.
-    - `params`: the fitted model fields: a name, a list of names, a dict name → `(lower, upper)`
-      bounds, or a function `(name, value) -> bool` selecting among the floating fields.
+    - `params`: the fitted model parameters: a name, a list of names, a dict name →
+      `(lower, upper)` bounds, or a function `(name, value) -> bool` selecting among the
+      floating-point parameters. A name is a field (`"damping"`), an entry of a `ds.ODE`'s
+      params dict (`"k"`, `"params.k"`, `'params["k"]'`) or a nested module's field
+      (`"drag.coefficient"`).
     - `initial_state`: fit all (`True`), none (`False`) or the listed components (indices into
       the flattened state, or state names such as `"prey"`) of `y0`.
     - `observe`: `observe(y) -> observable` maps one state to what is measured (default: the

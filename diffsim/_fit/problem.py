@@ -24,6 +24,7 @@ from .._integrate.steady_state import steady_state
 from .._integrate.time_grid import plan_fixed_steps
 from .._model import AbstractODE
 from .._parameter import parameter_constraints
+from .paths import get, path_of
 
 IDENTITY, LOWER, UPPER, BOTH = "identity", "log", "upper-log", "logit"
 
@@ -138,7 +139,8 @@ class Problem(eqx.Module):
         for name, shape in layout.fields:
             size = math.prod(shape)
             value = p[offset : offset + size].reshape(shape)
-            model = eqx.tree_at(lambda m, name=name: getattr(m, name), model, value)
+            path = path_of(self.model, name)
+            model = eqx.tree_at(lambda m, path=path: get(m, path), model, value)
             offset += size
         y0 = self.y0
         if layout.y0_indices:
@@ -276,7 +278,9 @@ def parameter_bounds(model, name, bounds) -> tuple[float, float]:
     if name in bounds:
         low, high = bounds[name]
         return (-np.inf if low is None else float(low), np.inf if high is None else float(high))
-    field = next(f for f in dataclasses.fields(model) if f.name == name)
+    field = next((f for f in dataclasses.fields(model) if f.name == name), None)
+    if field is None:  # a path (a params-dict entry, a nested field): nothing declared
+        return -np.inf, np.inf
     constraint = parameter_constraints(field) or {}
     if constraint.get("positive") or constraint.get("nonnegative"):
         return 0.0, np.inf

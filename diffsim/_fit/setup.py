@@ -28,6 +28,7 @@ from .._validate import (
 )
 from . import optimize as opt
 from .data import as_data, Data
+from .paths import floating_names, get, path_of
 from .problem import (
     kind_of,
     Layout,
@@ -237,7 +238,7 @@ def _unknowns(spec: FitSpec, y0) -> _Unknowns:
             f"bounds for {unknown_bounds}, which are not fitted; fitted: {sorted(known)}"
         )
     for name in selected:
-        value = np.asarray(getattr(model, name), dtype=np.float64)
+        value = np.asarray(get(model, path_of(model, name)), dtype=np.float64)
         low, high = parameter_bounds(model, name, bounds)
         fields.append((name, tuple(value.shape)))
         for index, entry in np.ndenumerate(value):
@@ -419,11 +420,17 @@ def _state_labels(model, y0) -> list[str]:
 
 
 def _select_params(model, params) -> tuple[list[str], dict]:
-    fields = [f.name for f in dataclasses.fields(model)]
-    floating = [n for n in fields if eqx.is_inexact_array(getattr(model, n))]
+    """The fitted parameters' names (`paths`: fields, entries of a `ds.ODE`'s params dict,
+    fields of nested modules) and the bounds `params` gives them."""
+    floating = floating_names(model)
     bounds = {}
     if callable(params) and not isinstance(params, type):
-        names = [n for n in floating if params(n, getattr(model, n))]
+        names = [n for n in floating if params(n, get(model, path_of(model, n)))]
+        if not names:
+            raise ValueError(
+                f"params= selected no parameter of {type(model).__name__} (its floating-point "
+                f"parameters: {', '.join(floating) or 'none'})"
+            )
     elif isinstance(params, str):
         names = [params]
     elif isinstance(params, dict):
@@ -445,20 +452,27 @@ def _select_params(model, params) -> tuple[list[str], dict]:
             f"or a function (name, value) -> bool; got {params!r}"
         )
     for name in names:
-        if name not in fields:
+        path = path_of(model, name)
+        if path is None:
             raise ValueError(
                 f"{type(model).__name__} has no parameter {name!r}; its parameters are: "
-                f"{', '.join(floating)}"
+                f"{', '.join(floating) or 'none'} (a nested module's field as "
+                "'module.field', an entry of a params dict as 'k' or 'params.k')"
             )
-        if getattr(model, name) is None:
+        value = get(model, path)
+        if value is None:
             raise ValueError(
                 f"{type(model).__name__}.{name} is None (that term is switched off): build the "
                 f"model with a guess for {name} to fit it"
             )
-        if name not in floating:
-            raise ValueError(f"{type(model).__name__}.{name} is not a floating-point parameter")
-    if len(set(names)) != len(names):
-        raise ValueError(f"params names a field twice: {names}")
+        if not (eqx.is_inexact_array(value) or isinstance(value, float)):
+            raise ValueError(
+                f"{type(model).__name__}.{name} is not a floating-point parameter (it holds "
+                f"{type(value).__name__}); its floating-point parameters: {', '.join(floating)}"
+            )
+    paths = [path_of(model, n) for n in names]
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"params names a parameter twice: {names}")
     return names, bounds
 
 
