@@ -465,10 +465,12 @@ def _assembled(model, y0, data, **options):
     """What ds.fit would optimise for these arguments (its checked, assembled setup)."""
     from diffsim._fit.setup import assemble, FitSpec
 
+    # progress: a bar over a study's starts, not part of the setup
+    skipped = ("y0", "data", "progress")
     defaults = {
         name: p.default for name, p in inspect.signature(ds.fit).parameters.items()
-        if p.default is not inspect.Parameter.empty and name not in ("y0", "data", "progress")
-    }  # fmt: skip  (progress: a bar over a study's starts, not part of the setup)
+        if p.default is not inspect.Parameter.empty and name not in skipped
+    }  # fmt: skip
     return assemble(FitSpec(model=model, y0=y0, data=data, **{**defaults, **options}))
 
 
