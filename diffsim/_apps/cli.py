@@ -142,7 +142,7 @@ def _fit(args) -> int:
     matplotlib.use("Agg")
     import diffsim as ds
 
-    from .config import writable_folder, write_atomically
+    from .config import unwritten_results, writable_folder, write_atomically
 
     out = os.path.expanduser(args.out or config["out"])
     try:
@@ -160,13 +160,7 @@ def _fit(args) -> int:
         write_atomically(os.path.join(out, "fit.json"), json.dumps(record, indent=1))
         result.plot().savefig(os.path.join(out, "fit.png"), dpi=120)
     except OSError as error:
-        print(
-            f"diffsim fit: the fit finished (its summary is above), but its results could not "
-            f"be written to {out!r} ({error.strerror or error}: {error.filename or out}); free "
-            "space or choose a writable --out and run again",
-            file=sys.stderr,
-        )
-        return 2
+        return unwritten_results("fit", out, error)
     print(f"wrote {out}/summary.txt, fit.json, fit.png")
     return 0 if result.converged else 1
 

@@ -106,6 +106,20 @@ def write_atomically(path: str, text: str) -> None:
             os.remove(temporary)
 
 
+def unwritten_results(command: str, folder: str, error: OSError) -> int:
+    """Say on stderr that a finished fit's results could not be written (its summary was
+    printed), and what to do; the exit status 2."""
+    import sys
+
+    print(
+        f"diffsim {command}: the fit finished (its summary is above), but its results could not "
+        f"be written to {folder!r} ({error.strerror or error}: {error.filename or folder}); "
+        "free space or choose a writable --out and run again",
+        file=sys.stderr,
+    )
+    return 2
+
+
 # The packages a config may take a model from, imported at run time (the library itself never
 # imports them): a bare name is a class of the first, a dotted name a path inside one of them.
 # A config is data: it names known models and never makes diffsim import an arbitrary module.

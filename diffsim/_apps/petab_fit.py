@@ -47,7 +47,7 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
     import matplotlib
 
     matplotlib.use("Agg")
-    from .config import ConfigError, writable_folder, write_atomically
+    from .config import ConfigError, unwritten_results, writable_folder, write_atomically
 
     if starts < 1:
         print(f"diffsim fit: --starts must be at least 1, got {starts}", file=sys.stderr)
@@ -109,13 +109,7 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
             plot.save(result.plot_waterfall(), folder, "waterfall", formats=("png",))
             plot.save(result.plot(), folder, "fits", formats=("png",))
     except OSError as error:
-        print(
-            f"diffsim fit: the fit finished (its summary is above), but its results could not "
-            f"be written to {folder!r} ({error.strerror or error}); free space or choose a "
-            "writable --out and run again",
-            file=sys.stderr,
-        )
-        return 2
+        return unwritten_results("fit", folder, error)
     print(f"wrote {folder}/: summary.txt, parameters.tsv, fit.json, waterfall.png, fits.png")
     return 0 if result.converged else 1
 

@@ -344,27 +344,20 @@ class _Builder:
                         f"{self.path}: steady-state measurements (time = inf) after a "
                         f"pre-equilibration ({pre} -> {sim}) are not supported yet"
                     )
-                experiments.append(
-                    Experiment(
-                        data,
-                        y0=initial,
-                        t0=0.0,
-                        set=settings,
-                        pre_equilibrate=True,
-                        name=f"{sim} (steady state)",
-                    )
-                )
-                continue
-            pre_settings = None
-            if pre:
+                pre_settings, reset, name = True, (), f"{sim} (steady state)"
+            elif pre:
                 rested = self.settings(self.condition(pre))
                 pre_settings = {}
                 for key in set(settings) | set(rested):
                     pre_settings[key] = (
                         rested[key] if key in rested else self.base_value(key, unknowns)
                     )
-            # after a pre-equilibration, the species the simulation condition sets start anew
-            reset = tuple(s for s in self.species if settings.get(_SET + s) == 1.0) if pre else ()
+                # after a pre-equilibration, the species the simulation condition sets start
+                # anew
+                reset = tuple(s for s in self.species if settings.get(_SET + s) == 1.0)
+                name = f"{pre} -> {sim}"
+            else:
+                pre_settings, reset, name = None, (), sim
             experiments.append(
                 Experiment(
                     data,
@@ -373,7 +366,7 @@ class _Builder:
                     set=settings,
                     pre_equilibrate=pre_settings,
                     reinitialize=reset,
-                    name=sim if not pre else f"{pre} -> {sim}",
+                    name=name,
                 )
             )
         return experiments
