@@ -90,12 +90,18 @@ def gradient_timing(problem) -> dict:
     )
 
 
+def _finite(llh) -> np.ndarray:
+    """Log-likelihoods with a failed start's NaN as −inf (it reached nothing)."""
+    llh = np.asarray(llh, dtype=float)
+    return np.where(np.isfinite(llh), llh, -np.inf)
+
+
 def run_diffsim(problem, starts) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = ds.fit(problem, starts=starts, progress=False)
     return dict(
-        llh=np.asarray(result.starts["llh"]),
+        llh=_finite(result.starts["llh"]),
         compile=result.timings["compile"],
         run=result.timings["run"],
     )
@@ -110,18 +116,58 @@ def _peer_name() -> str:
     return "pypesto+amici"
 
 
-def run_peer(problem, starts, quick: bool) -> dict:
-    # pyPESTO + AMICI need a C++ toolchain and swig to compile each model; where they do not
-    # import, the peer is scipy over solve_ivp (the studies benchmark's)
-    import studies
+class _OutOfTime(Exception):
+    pass
 
-    return studies.run_scipy(problem, starts, max_nfev=30 if quick else 2000)
+
+def run_peer(problem, starts, quick: bool, seconds: float) -> dict:
+    """scipy's `least_squares(trf)` over `solve_ivp(LSODA)` (the studies benchmark's objective)
+    from each start, each given at most `seconds` (then its best point so far counts): with
+    finite differences over LSODA a start of a 20-parameter problem can take an hour."""
+    # pyPESTO + AMICI need a C++ toolchain and swig to compile each model; where they do not
+    # import, the peer is scipy over solve_ivp
+    import studies
+    from scipy.optimize import least_squares
+
+    tables = problem.tables
+    fun, llh = studies._scipy_objective(problem)
+    values, times = [], []
+    for s0 in scaled_on_host(starts, tables.scales):
+        best = {"loss": np.inf, "x": s0}
+        clock = time.perf_counter()
+
+        def timed(x, clock=clock, best=best):
+            if time.perf_counter() - clock > seconds:
+                raise _OutOfTime
+            r = fun(x)
+            loss = float(np.sum(r**2))
+            if loss < best["loss"]:
+                best.update(loss=loss, x=np.array(x))
+            return r
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                result = least_squares(
+                    timed,
+                    s0,
+                    bounds=(tables.lower, tables.upper),
+                    method="trf",
+                    max_nfev=30 if quick else 2000,
+                )
+                x = result.x
+            except _OutOfTime:
+                x = best["x"]
+        times.append(time.perf_counter() - clock)
+        values.append(llh(x))
+    return dict(llh=_finite(values), run=float(np.sum(times)), compile=0.0)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=20, help="0: no fits")
     parser.add_argument("--peer-starts", type=int, default=3)
+    parser.add_argument("--peer-seconds", type=float, default=300.0, help="per peer start")
     parser.add_argument("--problems", default=",".join(sorted(AMICI)))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -146,6 +192,7 @@ def main(argv=None):
         row = [name, len(problem.names), f"{load_s:.2f}", f"{first_llh_s:.1f}", f"{gap:.1e}"]
         grad = gradient_timing(problem)
         loads.append(row + [f"{grad['compile']:.1f}", f"{grad['run']:.3f}", f"{budget:g}"])
+        print("progress:", " | ".join(map(str, loads[-1])), file=sys.stderr, flush=True)
         record(
             f"petab ({name})",
             "diffsim",
@@ -169,7 +216,7 @@ def main(argv=None):
         best = max(reference, llh)
         outcomes = {"diffsim": run_diffsim(problem, starts)}
         outcomes[peer] = run_peer(
-            problem, starts[: 1 if args.quick else args.peer_starts], args.quick
+            problem, starts[: 1 if args.quick else args.peer_starts], args.quick, args.peer_seconds
         )
         best = max(best, *(float(np.max(o["llh"])) for o in outcomes.values()))
         shares = {}
@@ -183,6 +230,7 @@ def main(argv=None):
                 [name, method, f"{reached}/{n}", f"{per_start:.2f}", f"{per_reached:.2f}"]
                 + [f"{out['compile']:.1f}", f"{float(np.max(out['llh'])):.3f}"]
             )
+            print("progress:", " | ".join(map(str, fits[-1])), file=sys.stderr, flush=True)
             record(
                 f"petab starts ({name})",
                 method,
