@@ -130,3 +130,37 @@ def chain(
     inputs = (jnp.arange(steps), jax.random.split(key, steps), windows)
     (_, a), records = jax.lax.scan(body, (state, adaptation), inputs)
     return records, a.final_step_size
+
+
+def chains(density, u0, covariance, windows, key_init, key_chains, plan):
+    """Every chain of `plan` (chains, warmup, draws, target_accept, dense_mass), vmapped: the
+    first starts at `u0`, the others at `u0` spread by `covariance` (`key_init`); a start whose
+    density is not finite (a wild member of the spread) starts at `u0`. Returns the chains'
+    `records` (iterations first after the chain axis), their step sizes and whether `u0`'s own
+    density was finite."""
+    import blackjax
+
+    spread = jax.random.normal(key_init, (plan.chains, u0.size), u0.dtype)
+    starts = jnp.concatenate([u0[None], u0[None] + spread @ jnp.linalg.cholesky(covariance).T])
+    # the log density and its gradient at the centre and at each chain's start in one pass
+    states = jax.vmap(lambda u: blackjax.nuts.init(u, density))(starts)
+    start_ok = jnp.isfinite(states.logdensity[0])
+    finite = jnp.isfinite(states.logdensity[1:])
+    states = jax.tree.map(
+        lambda x: jnp.where(finite.reshape((-1,) + (1,) * (x.ndim - 1)), x[1:], x[:1]), states
+    )
+    inverse_mass = covariance if plan.dense_mass else jnp.diag(covariance)
+    records, step_size = jax.vmap(
+        lambda key, state: chain(
+            density,
+            key,
+            state,
+            inverse_mass,
+            windows,
+            warmup=plan.warmup,
+            draws=plan.draws,
+            target_accept=plan.target_accept,
+            dense_mass=plan.dense_mass,
+        )
+    )(jax.random.split(key_chains, plan.chains), states)
+    return records, step_size, start_ok

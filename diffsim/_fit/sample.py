@@ -487,33 +487,10 @@ class _Run(NamedTuple):
 def _run(density: _Density, u0, covariance, windows, key, plan: _Plan) -> _Run:
     """Warm-up and sampling of every chain, vmapped, in one compiled program; then the
     replicated data of (every `thin`-th) draw."""
-    import blackjax
-
     key_init, key_chains, key_replicate = jax.random.split(key, 3)
-    spread = jax.random.normal(key_init, (plan.chains, u0.size), u0.dtype)
-    starts = jnp.concatenate([u0[None], u0[None] + spread @ jnp.linalg.cholesky(covariance).T])
-    # the log density and its gradient at the centre and at each chain's start in one pass; a
-    # start whose density is not finite (a wild member of the spread) starts at the centre
-    states = jax.vmap(lambda u: blackjax.nuts.init(u, density))(starts)
-    start_ok = jnp.isfinite(states.logdensity[0])
-    finite = jnp.isfinite(states.logdensity[1:])
-    states = jax.tree.map(
-        lambda x: jnp.where(finite.reshape((-1,) + (1,) * (x.ndim - 1)), x[1:], x[:1]), states
+    records, step_size, start_ok = nuts.chains(
+        density, u0, covariance, windows, key_init, key_chains, plan
     )
-    inverse_mass = covariance if plan.dense_mass else jnp.diag(covariance)
-    records, step_size = jax.vmap(
-        lambda key, state: nuts.chain(
-            density,
-            key,
-            state,
-            inverse_mass,
-            windows,
-            warmup=plan.warmup,
-            draws=plan.draws,
-            target_accept=plan.target_accept,
-            dense_mass=plan.dense_mass,
-        )
-    )(jax.random.split(key_chains, plan.chains), states)
     warm = plan.warmup
     theta = jax.vmap(jax.vmap(lambda u: density.natural(u)[0]))(records.position[:, warm:])
     kept = theta[:, :: plan.thin]

@@ -189,8 +189,6 @@ def log_posterior(problem: Problem, u):
 
 @eqx.filter_jit
 def _run(study: _Study, scaled0, covariance_scaled, windows, key, plan):
-    import blackjax
-
     problem = study.problem
     tables = problem.tables
 
@@ -203,28 +201,9 @@ def _run(study: _Study, scaled0, covariance_scaled, windows, key, plan):
     covariance = covariance_scaled / jnp.outer(slope, slope)
     key = jax.random.wrap_key_data(key)
     key_init, key_chains = jax.random.split(key)
-    spread = jax.random.normal(key_init, (plan.chains, u0.size), u0.dtype)
-    starts = jnp.concatenate([u0[None], u0[None] + spread @ jnp.linalg.cholesky(covariance).T])
-    states = jax.vmap(lambda u: blackjax.nuts.init(u, density))(starts)
-    start_ok = jnp.isfinite(states.logdensity[0])
-    finite = jnp.isfinite(states.logdensity[1:])
-    states = jax.tree.map(
-        lambda x: jnp.where(finite.reshape((-1,) + (1,) * (x.ndim - 1)), x[1:], x[:1]), states
+    records, step_size, start_ok = nuts.chains(
+        density, u0, covariance, windows, key_init, key_chains, plan
     )
-    inverse_mass = covariance if plan.dense_mass else jnp.diag(covariance)
-    records, step_size = jax.vmap(
-        lambda key, state: nuts.chain(
-            density,
-            key,
-            state,
-            inverse_mass,
-            windows,
-            warmup=plan.warmup,
-            draws=plan.draws,
-            target_accept=plan.target_accept,
-            dense_mass=plan.dense_mass,
-        )
-    )(jax.random.split(key_chains, plan.chains), states)
     warm = plan.warmup
     positions = records.position[:, warm:]
     theta = jax.vmap(

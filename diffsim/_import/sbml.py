@@ -73,17 +73,8 @@ class SBMLModel(AbstractODE):
     def state_names(self) -> tuple[str, ...]:  # type: ignore[override]
         return self.structure.states
 
-    def _env(self, t, y, params=None) -> dict:
-        env = dict(self.params if params is None else params)
-        env["time"] = t
-        for i, name in enumerate(self.structure.states):
-            env[name] = y[i]
-        for name, rule in self.structure.rules:
-            env[name] = rule(env)
-        return env
-
     def vector_field(self, t, y, args=None):
-        env = self._env(t, y)
+        env = self.environment(t, y, self.params)
         dtype = jnp.result_type(y)
         return jnp.stack([jnp.asarray(rate(env), dtype) for rate in self.structure.rates])
 
@@ -99,7 +90,7 @@ class SBMLModel(AbstractODE):
         return env
 
     def value(self, name: str, t, y):
-        env = self._env(t, y)
+        env = self.environment(t, y, self.params)
         if name not in env:
             raise KeyError(f"{name!r} is not a symbol of the model from {self.structure.source}")
         return env[name]
