@@ -24,10 +24,11 @@ in every fresh process that the cache reduces to loading a file.
 
 import os
 import uuid
-import warnings
 from pathlib import Path
 
 import jax
+
+from ._warn import warn
 
 _MAX_BYTES = 2 * 2**30
 _MIN_COMPILE_SECONDS = 0.1
@@ -67,12 +68,11 @@ def enable(folder=None) -> bool:
     folder = default_dir() if folder is None else Path(folder).expanduser()
     problem = _writable(folder)
     if problem is not None:
-        warnings.warn(
+        warn(
             f"diffsim's compilation cache folder {folder} cannot be used ({problem}); running "
             "without the cache. Set DIFFSIM_CACHE_DIR to a writable folder, or "
             "DIFFSIM_CACHE=off to silence this",
             RuntimeWarning,
-            stacklevel=2,
         )
         disable(reason=f"{folder} cannot be used ({problem})")
         return False
@@ -110,11 +110,10 @@ def setup_at_import() -> None:
     """The import-time default (see the module docstring)."""
     setting = os.environ.get("DIFFSIM_CACHE", "").strip().lower()
     if setting not in _OFF + _ON:
-        warnings.warn(
+        warn(
             f"DIFFSIM_CACHE={os.environ['DIFFSIM_CACHE']!r} is not understood (use 'off' or "
             "'on'; DIFFSIM_CACHE_DIR names the folder): diffsim's compilation cache is off",
             RuntimeWarning,
-            stacklevel=2,
         )
         _state.update(reason=f"off (DIFFSIM_CACHE={os.environ['DIFFSIM_CACHE']!r} not understood)")
         return

@@ -211,19 +211,7 @@ def sweep_heatmap(
     """
     import matplotlib.colors
 
-    if variable not in dataset:
-        raise ValueError(
-            f"sweep_heatmap: no variable {variable!r}; the dataset has {sorted(dataset.data_vars)}"
-        )
-    field = dataset[variable]
-    if select:
-        unknown = sorted(set(select) - set(field.dims))
-        if unknown:
-            raise ValueError(
-                f"sweep_heatmap: {variable} has no dimensions {unknown}; its "
-                f"dimensions are {field.dims}"
-            )
-        field = field.sel(dict(select))
+    field = _selected(dataset, variable, select, "sweep_heatmap")
     dims = list(field.dims)
     x = dims[0] if x is None and dims else x
     y = next((d for d in dims if d != x), None) if y is None else y
@@ -244,6 +232,78 @@ def sweep_heatmap(
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     return fig
+
+
+def sweep_line(
+    dataset,
+    variable: str,
+    *,
+    x: str | None = None,
+    hue: str | None = None,
+    select: Mapping | None = None,
+    log: bool = False,
+    ax=None,
+    **line_kwargs,
+):
+    """A variable of a `ds.sweep` dataset over one of its parameter axes, as lines: one line,
+    or one per value of a second dimension (`hue`).
+
+    **Arguments:** `dataset` the `xarray.Dataset` of `ds.sweep`/`ds.open_sweep`; `variable` the
+    name of an output; `x` the dimension on the horizontal axis (default: the variable's
+    first); `hue` the dimension whose values give one line each (default: the one left, if
+    any); `select` picks one value of every other dimension (`{"state": "angle"}`, by label);
+    `log` a logarithmic vertical axis; `ax` axes to draw into; `line_kwargs` go to `plot`.
+
+    **Returns:** the figure.
+    """
+    field = _selected(dataset, variable, select, "sweep_line")
+    dims = list(field.dims)
+    x = dims[0] if x is None and dims else x
+    hue = next((d for d in dims if d != x), None) if hue is None else hue
+    rest = [d for d in dims if d not in (x, hue)]
+    if x not in dims or (hue is not None and hue not in dims) or rest:
+        raise ValueError(
+            f"sweep_line: {variable} has dimensions {tuple(dims)}; choose x (and hue) among "
+            f"them and pick one value of the others with select={{...}} (left over: {rest})"
+        )
+    fig, ax = _figure_and_axes(ax, figsize=(5.4, 3.8), layout="constrained")
+    label = variable + "".join(f", {k}={v}" for k, v in (select or {}).items())
+    if hue is None:
+        ax.plot(np.asarray(field[x]), np.asarray(field.values, dtype=float), **line_kwargs)
+    else:
+        for value in field[hue].values:
+            line = field.sel({hue: value})
+            ax.plot(
+                np.asarray(field[x]),
+                np.asarray(line.values, dtype=float),
+                label=f"{hue}={value:g}"
+                if np.isscalar(value) and not isinstance(value, str)
+                else f"{hue}={value}",
+                **line_kwargs,
+            )
+        ax.legend(frameon=False)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(label)
+    return fig
+
+
+def _selected(dataset, variable: str, select, caller: str):
+    """`dataset[variable]` with one value of each dimension in `select` picked, checked."""
+    if variable not in dataset:
+        raise ValueError(
+            f"{caller}: no variable {variable!r}; the dataset has {sorted(dataset.data_vars)}"
+        )
+    field = dataset[variable]
+    if select:
+        unknown = sorted(set(select) - set(field.dims))
+        if unknown:
+            raise ValueError(
+                f"{caller}: {variable} has no dimensions {unknown}; its dimensions are {field.dims}"
+            )
+        field = field.sel(dict(select))
+    return field
 
 
 def fit(result, *, points: int = 400):

@@ -1,6 +1,6 @@
-"""Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `fit`, `convergence`,
-`sobol_indices`, `waterfall`, each returning the matplotlib figure; the shared style (`STYLE`,
-`style()`) and byte-stable `save`."""
+"""Figures: `ds.plot.trajectory`, `phase_portrait`, `sweep_heatmap`, `sweep_line`, `fit`,
+`convergence`, `sobol_indices`, `waterfall`, each returning the matplotlib figure; the shared
+style (`STYLE`, `style()`) and byte-stable `save`."""
 
 from ._plot import (
     convergence as convergence,
@@ -12,6 +12,7 @@ from ._plot import (
     STYLE as STYLE,
     style as style,
     sweep_heatmap as sweep_heatmap,
+    sweep_line as sweep_line,
     trajectory as trajectory,
     waterfall as waterfall,
 )

@@ -758,6 +758,35 @@ def test_tolerances_below_the_precision_say_so():
             _simulate(y0=y0, ts=TS.astype(jnp.float16), solver=ds.Tsit5(), dt=None, max_steps=64)
 
 
+def test_warnings_point_at_the_callers_line_also_under_its_jit():
+    # raised deep in the solve (and, under jit, below JAX's tracing frames): the line reported
+    # is the one in this file that called diffsim
+    solver = ds.Tsit5(rtol=1e-8, atol=1e-8)
+    y0, ts = Y0.astype(jnp.float32), np.array([0.0, 1.0])
+    with pytest.warns(ds.PrecisionWarning, match="cannot be that accurate") as caught:
+        ds.simulate(PENDULUM, y0, ts, solver=solver)
+    assert caught[0].filename == __file__
+
+    @jax.jit
+    def final(y0):
+        return ds.simulate(PENDULUM, y0, ts, solver=solver).ys[-1]
+
+    with pytest.warns(ds.PrecisionWarning) as caught:
+        final(y0)
+    body = final.__wrapped__.__code__.co_firstlineno + 2  # @jax.jit, def final, its body
+    assert caught[0].filename == __file__ and caught[0].lineno == body
+    with pytest.warns(ds.FitWarning) as caught:
+        ds.fit(
+            models.DampedPendulum(damping=0.1),
+            Y0,
+            (TS[:3], np.zeros(3)),
+            params=["damping"],
+            observe=lambda y: y[0],
+            max_iterations=1,
+        )
+    assert {w.filename for w in caught} == {__file__}
+
+
 def test_a_stiff_solver_out_of_steps_is_not_told_to_use_a_stiff_solver():
     with pytest.raises(ds.SimulationError, match="max_steps_reached") as error:
         ds.simulate(

@@ -1,4 +1,5 @@
-"""The command line, the demo and the README example (the benchmarks: test_bench.py)."""
+"""The command line, the demo, and the numbers of the fitting and events pages' examples (every
+page's blocks run in test_docs.py; the benchmarks: test_bench.py)."""
 
 import json
 import subprocess
@@ -11,24 +12,6 @@ import pytest
 import diffsim as ds
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def test_readme_example_runs(monkeypatch):
-    # The README's 20-line example, executed as written (under the suite's float64 setting).
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## The API in 20 lines")[1].split("```python")[1].split("```")[0]
-    namespace = {}
-    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
-    assert namespace["sol"].ys.shape == (101, 2)
-    assert namespace["final"].shape == (100, 2)
-
-
-def test_sweeps_page_example_runs():
-    text = (ROOT / "docs" / "sweeps.md").read_text()
-    block = text.split("## A first sweep")[1].split("```python")[1].split("```")[0]
-    namespace = {}
-    exec(compile(block, "docs/sweeps.md", "exec"), namespace)  # noqa: S102
-    assert namespace["peak_speed"].shape == (16,)
 
 
 def test_fitting_page_example_runs():

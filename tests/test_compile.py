@@ -245,3 +245,21 @@ def test_config_turns_the_cache_off_and_on(tmp_path):
             ds.config(cache_dir=before["cache_dir"])
         else:
             ds.config(cache=False)
+
+
+def test_inside_the_users_jit_throw_false_keeps_host_callbacks_out_of_the_program():
+    # JAX's persistent cache refuses programs with host callbacks. Under the user's own jit,
+    # throw=True checks the result with equinox.error_if (a callback), so the program is
+    # compiled in every process; throw=False with sol.result is cacheable (the
+    # avoid-recompilation page says so).
+    y0, ts = jnp.array([1.0, 0.0]), np.linspace(0.0, 1.0, 11)
+
+    def program(throw):
+        def final(model):
+            sol = ds.simulate(model, y0, ts, solver=ds.RK4(), dt=0.01, throw=throw)
+            return sol.ys[-1, 0], sol.result
+
+        return jax.jit(final).lower(models.DampedPendulum()).as_text()
+
+    assert "callback" in program(True)
+    assert "callback" not in program(False)

@@ -3,6 +3,7 @@ every public name with a docstring, and the getting-started page runs as written
 
 import ast
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -10,6 +11,8 @@ import sys
 import types
 from pathlib import Path
 
+import docs_runner
+import numpy as np
 import pytest
 
 import diffsim
@@ -101,19 +104,60 @@ def test_every_public_name_has_a_docstring():
     assert not undocumented, f"public names without a docstring: {undocumented}"
 
 
-# ~13 s on 2 cores (compilation of five solves and a fit), so one of the slow extras.
-@pytest.mark.slow
-def test_getting_started_runs(capsys):
-    text = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
-    assert len(blocks) == 5
-    namespace = {}
-    exec(compile("".join(blocks), "docs/getting-started.md", "exec"), namespace)  # noqa: S102
-    assert namespace["sol"].ys.shape == (101, 2)
-    assert namespace["result"]["final_state"].dims == ("length", "damping", "state")
-    fit = namespace["fit"]
-    assert fit.converged
-    assert abs(fit.params["length"] - 1.3) < 3 * fit.stderr["length"]
+# Every page with Python blocks: README.md, docs/ (and CONTRIBUTING.md where it has any).
+PAGES = sorted(
+    page.relative_to(ROOT).as_posix()
+    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")]
+    if "```python" in page.read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_of_the_page_runs_as_written(page, tmp_path):
+    """The page's blocks in order, in a fresh process (float32 unless the page enables
+    float64, as for a reader), in an empty folder that sees the repository's `experiments/`
+    data and `models` package: no exception or warning the page does not announce, and every
+    value a comment promises (tests/docs_runner.py). 2–30 s a page on 2 cores."""
+    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
+    path = os.environ.get("PYTHONPATH", "")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    runner = ROOT / "tests" / "docs_runner.py"
+    out = subprocess.run(
+        [sys.executable, str(runner), str(ROOT / page)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-6000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["run"] + len(report["fragments"]) == len(
+        docs_runner.blocks((ROOT / page).read_text(encoding="utf-8"))
+    )
+
+
+def test_the_docs_runner_checks_what_comments_promise():
+    promise = lambda comment: docs_runner.parse_promise(comment)[0]  # noqa: E731
+    mismatch = docs_runner.mismatch
+    assert mismatch(promise("(101, 2): one state per output time"), (101, 2)) is None
+    assert "not 2" in mismatch(promise("(101, 2)"), (101, 2, 1))
+    assert mismatch(promise("-138.22199772...: llh"), -138.2219977299) is None
+    assert mismatch(promise("-138.22199772..."), -138.22199782) is not None  # cut, not rounded
+    assert mismatch(promise("0.0625 (rounded)"), 0.06249) is None
+    assert mismatch(promise("[0 0 0 0 6]: codes"), np.array([0, 0, 0, 0, 6])) is None
+    assert mismatch(promise("[0 0 0 0 6]"), np.array([0, 0, 0, 6, 6])) is not None
+    assert mismatch(promise("[1. 0.5625 nan ...]"), np.array([1.0, 0.5625, np.nan, 2.0])) is None
+    assert mismatch(promise("{'successful': 48}; more"), {"successful": 48}) is None
+    assert mismatch(promise("{'successful': 48}"), {"successful": 47}) is not None
+    assert mismatch(promise("'log10-normal'"), "log10-normal") is None
+    assert mismatch(promise("1.000...e4"), 10004.0) is None
+    assert mismatch(promise("1.000...e4"), 10014.0) is not None
+    # a comment that begins with words, or a number followed by words, describes
+    for comment in ("the state at t = 10 s", "8 final angles", "≈ 100 = 10²", "~1e-4"):
+        assert docs_runner.parse_promise(comment) is None, comment
+    assert docs_runner.printed_value("(101, 2)\n") == (101, 2)
+    assert docs_runner.printed_value("[ 0.5 -1. ]") == [0.5, -1.0]
 
 
 def test_gallery_shows_every_experiment_with_its_command():

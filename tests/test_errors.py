@@ -62,11 +62,22 @@ def test_bad_dt(dt):
         ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), dt=dt)
 
 
-def test_dt_that_does_not_fit_the_grid_says_what_to_do():
-    with pytest.raises(
-        ValueError, match=r"dt=0.03 does not divide .* e\.g\. dt=0\.025 \(4 steps\)"
-    ):
-        ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), dt=0.03)
+def test_dt_that_does_not_divide_the_grid_is_the_longest_step():
+    # intervals of 0.1 with dt = 0.03: 4 equal steps of 0.025 each, landing on every output time
+    sol = ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), dt=0.03)
+    four = ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), steps_per_save=4)
+    np.testing.assert_array_equal(sol.ys, four.ys)
+    assert int(sol.stats["num_steps"]) == 40
+
+
+def test_dt_on_an_uneven_grid_takes_whole_steps_where_it_divides():
+    # [0, 0.1, 0.35] with dt = 0.1: one step, then ceil(2.5) = 3 steps of 1/12
+    decay = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 2.0})
+    ts = np.array([0.0, 0.1, 0.35])
+    sol = ds.simulate(decay, jnp.array([1.0]), ts, solver=ds.RK4(), dt=0.1)
+    assert int(sol.stats["num_steps"]) == 4
+    step = lambda h: 1 - 2 * h + (2 * h) ** 2 / 2 - (2 * h) ** 3 / 6 + (2 * h) ** 4 / 24  # noqa: E731
+    np.testing.assert_allclose(sol.ys[:, 0], [1.0, step(0.1), step(0.1) * step(0.25 / 3) ** 3])
 
 
 def test_fixed_step_solver_needs_dt():

@@ -46,7 +46,7 @@ def test_trajectory_and_phase_portrait_draw_the_states():
         ds.plot.trajectory(sol, names=["angle"])
 
 
-def test_sweep_heatmap_shows_a_variable_over_two_axes():
+def test_sweep_heatmap_and_sweep_line_show_a_variable_over_two_axes_and_one():
     result = ds.sweep(
         models.DampedPendulum(),
         {"length": np.linspace(0.5, 2.0, 4), "damping": [0.0, 0.5, 1.0]},
@@ -71,6 +71,21 @@ def test_sweep_heatmap_shows_a_variable_over_two_axes():
         ds.plot.sweep_heatmap(result, "energy")
     with pytest.raises(ValueError, match=r"has no dimensions \['angle'\]"):
         ds.plot.sweep_heatmap(result, "final_state", select={"angle": 0})
+    # one axis: a line, or one line per value of the dimension left (hue)
+    fig = ds.plot.sweep_line(result, "final_state", select={"state": "angle", "damping": 0.5})
+    (line,) = fig.axes[0].get_lines()
+    np.testing.assert_array_equal(line.get_xdata(), result["length"].values)
+    np.testing.assert_array_equal(
+        line.get_ydata(), result["final_state"].sel(state="angle", damping=0.5).values
+    )
+    fig = ds.plot.sweep_line(result, "final_state", x="length", select={"state": "angle"})
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "damping=0",
+        "damping=0.5",
+        "damping=1",
+    ]
+    with pytest.raises(ValueError, match=r"sweep_line: .* \(left over: \['state'\]\)"):
+        ds.plot.sweep_line(result, "final_state")
 
 
 def test_convergence_plot_labels_measured_and_nominal_orders():

@@ -511,3 +511,34 @@ def test_distributed_initialize_outside_a_cluster_is_a_single_process(monkeypatc
     monkeypatch.setenv("SLURM_JOB_ID", "123")
     monkeypatch.setenv("SLURM_NTASKS", "4")
     assert ds._sweep.distributed._detect_cluster() == "SLURM"
+
+
+def test_axes_name_ode_dict_entries_and_nested_fields():
+    # the names ds.fit's params= takes: a ds.ODE's dict entry ("k", "params.k"); the final
+    # state of y' = -k y from 1 at t = 2 is exp(-2k), to RK4's error at h = 0.01 (~1e-10)
+    decay = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
+    rates = np.array([0.1, 0.5, 2.0])
+    for name in ("k", "params.k"):
+        result = ds.sweep(
+            decay,
+            {name: rates},
+            jnp.array([1.0]),
+            np.linspace(0.0, 2.0, 3),
+            solver=ds.RK4(),
+            dt=0.01,
+            reduce="final_state",
+            progress=False,
+        )
+        np.testing.assert_allclose(
+            result["final_state"].values[:, 0], np.exp(-2 * rates), rtol=1e-8
+        )
+    with pytest.raises(ValueError, match=r"sweep axis 'q' is not a parameter of ODE; .*'k'"):
+        ds.sweep(
+            decay,
+            {"q": rates},
+            jnp.array([1.0]),
+            np.linspace(0.0, 2.0, 3),
+            solver=ds.RK4(),
+            dt=0.01,
+            progress=False,
+        )

@@ -4,11 +4,11 @@ import csv
 import dataclasses
 import os
 import re
-import warnings
 
 import numpy as np
 
 from .._validate import user_path
+from .._warn import warn
 
 
 class FitWarning(UserWarning):
@@ -327,11 +327,10 @@ def _parse_cells(path, header, rows, na_values: set) -> dict[str, np.ndarray]:
             f"{path}: {_cells(bad)} {'is' if len(bad) == 1 else 'are'} not a number. {_CELL_HINT}"
         )
     if allowed:
-        warnings.warn(
+        warn(
             f"{path}: {len(allowed)} cell(s) read as missing values because na_values lists "
             f"them: {_cells(allowed)}",
             FitWarning,
-            stacklevel=3,
         )
     return table
 

@@ -2,7 +2,6 @@
 
 import dataclasses
 import time
-import warnings
 from typing import NamedTuple
 
 import equinox as eqx
@@ -14,6 +13,7 @@ from .._model import AbstractODE
 from .._quasirandom import halton_unit
 from .._solver.adaptive import AbstractAdaptiveSolver
 from .._solver.base import AbstractSolver
+from .._warn import warn
 from . import optimize as opt
 from .data import FitWarning
 from .evaluate import at_optimum, largest_defects, trajectory
@@ -221,7 +221,7 @@ def fit(
         setup, final, shooting=shooting, screen=screen, solves=solves, start_time=start_time
     )
     for note in result.warnings:
-        warnings.warn(note, FitWarning, stacklevel=2)
+        warn(note, FitWarning)
     return result
 
 

@@ -24,7 +24,7 @@ from .._integrate.steady_state import steady_state
 from .._integrate.time_grid import plan_fixed_steps
 from .._model import AbstractODE
 from .._parameter import parameter_constraints
-from .paths import get, path_of
+from .._paths import get, path_of
 
 IDENTITY, LOWER, UPPER, BOTH = "identity", "log", "upper-log", "logit"
 

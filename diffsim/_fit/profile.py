@@ -1,7 +1,6 @@
 """`ds.profile`: profile-likelihood confidence intervals for one fitted unknown."""
 
 import dataclasses
-import warnings
 
 import equinox as eqx
 import jax
@@ -9,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_real, check_static_count
+from .._warn import warn
 from . import optimize as opt
 from .data import FitWarning
 from .optimize import FIT_RESULTS
@@ -117,12 +117,11 @@ def profile(
     best = min(result.loss, float(np.nanmin(loss)))
     if best < result.loss * (1 - BEATEN):
         at = values[int(np.nanargmin(loss))]
-        warnings.warn(
+        warn(
             f"the profile of {name} reached loss {best:.6g} at {name} = {at:.6g}, below the fit's "
             f"loss {result.loss:.6g}: the fit stopped at a local optimum. Fit again from there "
             "(or with more starts); the profile is measured against the lower loss",
             FitWarning,
-            stacklevel=2,
         )
     n = result.num_observed
     if result._settings.noise_known:

@@ -1,13 +1,13 @@
 """`FitResult`: what `ds.fit` returns, with its summary table, figure and JSON form."""
 
 import dataclasses
-import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._warn import warn
 from .data import Data, FitWarning
 from .evaluate import fine_times, loss_hessian, trajectory
 from .optimize import Optimizer
@@ -110,7 +110,7 @@ class FitResult:
             hessian = loss_hessian(self._problem, p, self._settings.optimizer.jac)
             covariance, note = laplace_covariance(hessian, self.noise_variance)
             if note is not None:
-                warnings.warn(note, FitWarning, stacklevel=2)
+                warn(note, FitWarning)
             self._cache["laplace"] = covariance
         return self._cache["laplace"]
 

@@ -24,6 +24,7 @@ from .._provenance import module_text
 from .._solver.adaptive import Tsit5
 from .._solver.base import AbstractSolver
 from .._validate import check_key, check_real, check_static_count
+from .._warn import warn
 from . import likelihood as lik, nuts, priors as prior_tools
 from .data import as_data, FitWarning
 from .fit import fit as run_fit
@@ -280,7 +281,7 @@ def sample(
         _density=density,
     )
     for note in posterior.warnings:
-        warnings.warn(note, FitWarning, stacklevel=2)
+        warn(note, FitWarning)
     return posterior
 
 

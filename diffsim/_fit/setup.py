@@ -14,6 +14,7 @@ import numpy as np
 
 from .._events import as_events, Event
 from .._model import AbstractODE, check_model
+from .._paths import floating_names, get, path_of
 from .._solver.adaptive import Tsit5
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
@@ -28,7 +29,6 @@ from .._validate import (
 )
 from . import optimize as opt
 from .data import as_data, Data
-from .paths import floating_names, get, path_of
 from .problem import (
     kind_of,
     Layout,

@@ -17,7 +17,6 @@ back to natural values (a log10 unknown's interval is a factor either way).
 
 import dataclasses
 import time
-import warnings
 
 import equinox as eqx
 import jax
@@ -26,6 +25,7 @@ import numpy as np
 
 from .._progress import progress_bar
 from .._quasirandom import halton_unit
+from .._warn import warn
 from . import bounded_lm, optimize as opt, study_plot
 from .data import FitWarning
 from .optimize import FIT_RESULTS
@@ -545,7 +545,7 @@ def _result(
         warnings=tuple(notes),
     )
     for note in notes:
-        warnings.warn(note, FitWarning, stacklevel=4)  # _result, fit_problem, ds.fit
+        warn(note, FitWarning)
     return result
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._provenance import module_text
 from .._validate import check_key, check_real, check_static_count
+from .._warn import warn
 from . import nuts
 from .data import FitWarning
 from .libraries import third_party_promotion
@@ -136,7 +137,7 @@ def sample_problem(
         ),
     )
     for note in posterior.warnings:
-        warnings.warn(note, FitWarning, stacklevel=2)
+        warn(note, FitWarning)
     return posterior
 
 

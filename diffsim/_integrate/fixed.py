@@ -90,7 +90,9 @@ def _check_step_count(total: int, events) -> None:
 
 def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int | None:
     """Steps per checkpointed block for a fixed-step run of `total_steps` steps."""
-    if checkpoint is None:
+    if checkpoint is None or jax.config.jax_disable_jit:
+        # Under `jax.disable_jit()` (debugging, e.g. with jax_debug_nans) every operation runs
+        # on its own; a checkpointed block would run as one, hiding the operation that failed.
         return None
     if checkpoint == "auto":
         target = math.isqrt(total_steps - 1) + 1  # ceil(sqrt(total_steps))

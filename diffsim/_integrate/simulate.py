@@ -154,8 +154,10 @@ def simulate(
       (`ds.Tsit5(rtol=..., atol=...)`; stiff: `ds.Rodas5P(...)`, `ds.Rosenbrock23(...)`,
       `ds.Kvaerno5(...)`; `ds.Diffrax(...)`). A model with a `mass_matrix` (a DAE) needs a
       Rosenbrock method and a consistent `y0` (`ds.consistent_initial_state`).
-    - `dt`: fixed-step solvers: the step, which must divide every interval of `ts` into whole
-      steps (needs a concrete `ts`, e.g. one closed over by your `jit`). Adaptive solvers: the
+    - `dt`: fixed-step solvers: the longest step. An interval of `ts` that `dt` divides into
+      whole steps takes them; one it does not divide takes `ceil(interval / dt)` equal, shorter
+      steps, so the solve lands on every output time (needs a concrete `ts`, e.g. one closed
+      over by your `jit`). Adaptive solvers: the
       initial step guess (default: chosen automatically).
     - `steps_per_save`: fixed-step solvers: a static number of equal steps per output interval;
       required instead of `dt` when `ts` is traced. On a non-uniform grid, `dt` gives each interval

@@ -6,13 +6,13 @@ array closed over by the user's `jit` is concrete), or given as `steps_per_save`
 traced.
 """
 
-import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from .._results import PrecisionWarning
 from .._validate import check_positive_number, check_static_count, is_traced
+from .._warn import warn
 
 # When is (interval / dt) a whole number? Output times carry rounding errors of a few ulps of
 # their magnitude (float32 linspace(0, 10, 101) has intervals 0.1 +- 1e-6), so an interval counts
@@ -131,8 +131,8 @@ def plan_fixed_steps(ts, dt, steps_per_save, solver_name: str) -> StepPlan:
         return StepPlan(int(steps_per_save), None)
     if dt is None:
         raise ValueError(
-            f"{solver_name} is a fixed-step solver: pass dt=<step size> (it must divide every "
-            "interval of ts into whole steps) or steps_per_save=N"
+            f"{solver_name} is a fixed-step solver: pass dt=<longest step> (an interval of ts "
+            "it does not divide takes equal shorter steps) or steps_per_save=N"
         )
     ratios = intervals / float(dt)
     counts = np.rint(ratios)
@@ -142,27 +142,12 @@ def plan_fixed_steps(ts, dt, steps_per_save, solver_name: str) -> StepPlan:
         * max(eps, np.finfo(np.float64).eps)
         * (magnitude[:-1] + magnitude[1:] + counts * float(dt))
     )
+    # dt is the longest step: an interval it does not divide into whole steps (data times are
+    # rarely multiples of a round step) takes ceil(interval / dt) equal, shorter steps, so the
+    # solve lands on every output time; an interval within rounding of k steps takes k.
     misfit = np.abs(intervals - counts * float(dt)) > slack
-    if np.any(misfit | (counts < 1)):
-        i = int(np.argmax(misfit | (counts < 1)))
-        interval, ratio = intervals[i], ratios[i]
-        lower, upper = max(int(np.floor(ratio)), 1), int(np.floor(ratio)) + 1
-        if ratio < 1:
-            options = (
-                f"dt={dt} is longer than this interval: take dt={interval:.6g} (1 step) or a "
-                "divisor of it"
-            )
-        else:
-            options = (
-                f"Choose dt so that every interval is a whole number of steps, e.g. "
-                f"dt={interval / upper:.6g} ({upper} steps) or dt={interval / lower:.6g} "
-                f"({lower} steps)"
-            )
-        raise ValueError(
-            f"dt={dt} does not divide the output interval ts[{i + 1}] - ts[{i}] = {interval:.6g} "
-            f"into whole steps ({ratio:.9g} steps). {options}, or pass steps_per_save=N for N "
-            "equal steps per interval."
-        )
+    counts = np.where(misfit, np.ceil(ratios), counts)
+    counts = np.maximum(counts, 1)
     counts = counts.astype(np.int64)
     if np.all(counts == counts[0]):
         return StepPlan(int(counts[0]), None)
@@ -187,12 +172,11 @@ def warn_unresolved_step(ts, plan: StepPlan, dtype) -> None:
     if step >= _RESOLVED_SPACINGS * eps * scale:
         return
     total = int(np.sum(counts))
-    warnings.warn(
+    warn(
         f"the step {step:.3g} is below what {np.dtype(dtype).name} resolves over t in "
         f"[{times[0]:g}, {times[-1]:g}] (its numbers are {eps * scale:.2g} apart near "
         f"{scale:g}): the rounding of {total:,} steps can swamp the solution, and a state "
         "stops changing once a step's increment falls below its spacing. Compute in float64 "
         "(jax.config.update('jax_enable_x64', True) and a float64 y0), or take larger steps",
         PrecisionWarning,
-        stacklevel=3,
     )

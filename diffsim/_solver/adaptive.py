@@ -6,7 +6,6 @@ Tolerances are fields (traced), so changing `rtol`/`atol` does not recompile.
 """
 
 import abc
-import warnings
 from typing import ClassVar
 
 import diffrax
@@ -17,6 +16,7 @@ from jaxtyping import Array
 
 from .._results import PrecisionWarning
 from .._validate import as_optional_parameter, as_parameter, check_parameter, is_traced
+from .._warn import warn
 from .base import AbstractSolver
 
 # diffrax asks for the terms to report an order; an ODE method's order does not depend on them
@@ -227,10 +227,12 @@ def unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> str | None:
     if small.size:
         rtol = float(small.min())
         return (
-            f"rtol={rtol:g} is below {np.dtype(dtype).name}'s epsilon ({eps:.2g}): no step's "
-            "error estimate can fall below the rounding, so steps are rejected until max_steps "
-            f"or dtmin. Use rtol >= {_resolvable(eps):g} in {np.dtype(dtype).name}, or compute "
-            "in float64 (jax.config.update('jax_enable_x64', True) and a float64 y0)"
+            f"rtol={rtol:g} is below {np.dtype(dtype).name}'s epsilon ({eps:.2g}): the solve "
+            "cannot be that accurate (each step rounds at the level of eps), and the rounding "
+            "in the error estimates rejects steps needlessly (many more steps, or a stop at "
+            f"max_steps or dtmin). Use rtol >= {_resolvable(eps):g} in "
+            f"{np.dtype(dtype).name}, or compute in float64 "
+            "(jax.config.update('jax_enable_x64', True) and a float64 y0)"
         )
     return None
 
@@ -244,4 +246,4 @@ def warn_unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> None:
     """Warn (`ds.PrecisionWarning`) when `unresolved_tolerance` finds a reason."""
     reason = unresolved_tolerance(solver, dtype)
     if reason is not None:
-        warnings.warn(f"{type(solver).__name__}: {reason}", PrecisionWarning, stacklevel=3)
+        warn(f"{type(solver).__name__}: {reason}", PrecisionWarning)

@@ -31,6 +31,7 @@ from jax.flatten_util import ravel_pytree
 from .._integrate.simulate import simulate
 from .._model import AbstractODE
 from .._parameter import parameter_constraints
+from .._paths import floating_names, get, path_of
 from .._results import RESULTS
 from .._solver import AbstractSolver
 from .._solver.base import check_solver
@@ -156,11 +157,16 @@ class MemberSpec:
         fields = {f.name: f for f in dataclasses.fields(self.model)}
         for name in self.parameter_names:
             field = fields.get(name)
+            if field is None and self._path(name) is not None:
+                _check_finite(name, axes.values[name])  # a dict entry or a nested field
+                continue
             if field is None or field.metadata.get("static", False):
                 swept = [f for f, fl in fields.items() if not fl.metadata.get("static", False)]
+                named = [n for n in floating_names(self.model) if n not in fields]
                 raise ValueError(
                     f"sweep axis {name!r} is not a parameter of {model_name}; its "
-                    f"parameters are {swept}, and initial-state axes are 'y0' or 'y0[i]'"
+                    f"parameters are {swept + named} (a nested module's field by its path, "
+                    "e.g. 'drag.coefficient'), and initial-state axes are 'y0' or 'y0[i]'"
                 )
             current = getattr(self.model, name)
             if current is not None and not eqx.is_array(current):
@@ -193,7 +199,13 @@ class MemberSpec:
             model = self.model(**parameters, **extra)
         else:
             # through the constructor, so the model's converters and checks see the values
-            model = dataclasses.replace(self.model, **parameters)
+            fields = {f.name for f in dataclasses.fields(self.model)}
+            replaced = {n: v for n, v in parameters.items() if n in fields}
+            model = dataclasses.replace(self.model, **replaced) if replaced else self.model
+            for name, value in parameters.items():  # dict entries and nested fields
+                if name not in fields:
+                    path = self._path(name)
+                    model = eqx.tree_at(lambda m, path=path: get(m, path), model, value)
         flat = values["y0"] if self.whole_y0 else self.flat_y0
         for name, i in self.component_names.items():
             flat = flat.at[i].set(values[name])
@@ -213,6 +225,11 @@ class MemberSpec:
             for name, x in name_outputs(self.reduce(solution)).items()
         }
         return MemberOutputs(outputs, solution.result, solution.stats["num_steps"])
+
+    def _path(self, name: str):
+        """The path of an axis that names a dict entry or a nested field (None for a field)."""
+        path = path_of(self.model, name)
+        return path if path is not None and len(path) > 1 else None
 
     # the fields a member's program takes as traced arguments: new values of them (another base
     # model, initial state, tolerances or key) reuse the compiled program

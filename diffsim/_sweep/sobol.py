@@ -18,11 +18,10 @@ outside the JAX stack (its design and its analysis would add a dependency for ~4
 the simulations, the costly part, are what `ds.sweep` runs.
 """
 
-import warnings
-
 import numpy as np
 
 from .._quasirandom import halton_unit
+from .._warn import warn
 from .design import check_bootstrap, check_ranges, run_design
 
 # below this many base points the estimators' sampling error is of the size of the indices
@@ -78,12 +77,11 @@ def sobol(
         raise ValueError(f"sobol: base_samples must be an int >= 2, got {base_samples!r}")
     check_bootstrap("sobol", bootstrap, level, seed)
     if base_samples < MIN_BASE_SAMPLES:
-        warnings.warn(
+        warn(
             f"sobol: base_samples = {base_samples} is too few for the indices to mean much: "
             f"their estimates and bootstrap intervals are unreliable below {MIN_BASE_SAMPLES} "
             "(first-order indices can exceed total ones); use 1024 (the default) or more",
             UserWarning,
-            stacklevel=2,
         )
     d, n = len(names), base_samples
     unit = halton_unit(n, 2 * d)

@@ -17,7 +17,6 @@ or the store). Every argument error is raised before the first chunk is compiled
 """
 
 import os
-import warnings
 from collections.abc import Callable
 
 import jax
@@ -27,6 +26,7 @@ from .._model import AbstractODE
 from .._progress import progress_bar
 from .._results import RESULTS
 from .._solver import AbstractSolver
+from .._warn import warn
 from . import distributed as _distributed, store as _store
 from .axes import Axes
 from .chunks import bytes_per_member, ChunkPlan, ChunkRunner, run_chunks
@@ -183,8 +183,7 @@ def _warn_failures(dataset) -> None:
     if failed:
         total = sum(counts.values())
         detail = ", ".join(f"{k}: {v}" for k, v in failed.items())
-        warnings.warn(
+        warn(
             f"ds.sweep: {sum(failed.values())} of {total} members did not succeed ({detail}); "
-            "their outputs are NaN and `result` holds their codes (ds.RESULTS)",
-            stacklevel=3,
+            "their outputs are NaN and `result` holds their codes (ds.RESULTS)"
         )

@@ -1,5 +1,5 @@
-"""Names of a model's parameters for `ds.fit(model, y0, data, params=...)`: a field (`"k"`),
-an entry of the model's dict of named parameters (a `ds.ODE`'s or an SBML model's `params`:
+"""Names of a model's parameters for `ds.fit(..., params=...)` and `ds.sweep` axes: a field
+(`"k"`), an entry of the model's dict of named parameters (a `ds.ODE`'s or an SBML model's `params`:
 `"k"`, `"params.k"` or `'params["k"]'`), or a field of a nested module (`"drag.coefficient"`).
 
 A name is read into a path of steps, each an attribute or, where the value is a dict, a key;
