@@ -15,7 +15,7 @@ _PASSED_THROUGH = frozenset(
 )
 
 
-def warn(message: str, category: type[Warning]) -> None:
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """`warnings.warn` at the first frame that is neither diffsim's nor a library's it runs
     through: the user's line (or, under the user's `jit`, the line of their traced function
     that called diffsim). A fixed `stacklevel` points inside diffsim whenever a call path gains

@@ -68,6 +68,11 @@ def test_dt_that_does_not_divide_the_grid_is_the_longest_step():
     four = ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), steps_per_save=4)
     np.testing.assert_array_equal(sol.ys, four.ys)
     assert int(sol.stats["num_steps"]) == 40
+    # a dt longer than an interval: one step of the interval
+    once = ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), dt=2.0)
+    np.testing.assert_array_equal(
+        once.ys, ds.simulate(PENDULUM, Y0, TS, solver=ds.RK4(), steps_per_save=1).ys
+    )
 
 
 def test_dt_on_an_uneven_grid_takes_whole_steps_where_it_divides():

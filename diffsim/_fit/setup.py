@@ -122,8 +122,8 @@ def assemble(spec: FitSpec) -> FitSetup:
     check_positive_number("dt", spec.dt)
     if solver.needs_dt and spec.dt is None:
         raise ValueError(
-            f"{type(solver).__name__} is a fixed-step solver: pass dt (it must divide every "
-            "interval between t0 and the data times)"
+            f"{type(solver).__name__} is a fixed-step solver: pass dt, the longest step (an "
+            "interval between data times that it does not divide takes equal, shorter steps)"
         )
     missing = np.isnan(observed.values)
     problem = Problem(
