@@ -545,6 +545,23 @@ def test_inconsistent_initial_state_eagerly_and_under_jit():
     assert bool(run(good).succeeded)
 
 
+def test_a_float32_consistent_state_passes_the_check_at_tolerances_below_float32():
+    # the consistent state moves by rounding (~1e-7 relative) under one more Newton step; at
+    # rtol = 1e-8, which float32 cannot resolve, that is no inconsistency: the solve runs (and
+    # the precision warning tells what float32 cannot do), while a truly inconsistent float32
+    # state is still refused
+    model = models.EquilibriumReactor()
+    guess = jnp.array([1.0, 0.8, 0.0, 0.0], jnp.float32)
+    good = ds.consistent_initial_state(model, guess)
+    solver = ds.Rodas5P(rtol=1e-8, atol=1e-8)
+    ts = jnp.array([0.0, 1.0], jnp.float32)
+    with pytest.warns(ds.PrecisionWarning, match="below float32's epsilon"):
+        sol = ds.simulate(model, good, ts, solver=solver, max_steps=64, throw=False)
+    assert int(sol.result) != ds.RESULTS.inconsistent_initial_state
+    with pytest.raises(ValueError, match="not a consistent"):
+        ds.simulate(model, guess, ts, solver=ds.Rodas5P(rtol=1e-5, atol=1e-5), max_steps=64)
+
+
 def test_options_rosenbrock_solvers_do_not_take():
     model = models.Robertson()
     y0, ts = jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 1.0])

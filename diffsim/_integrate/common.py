@@ -124,3 +124,15 @@ def events_solved(valid, ys, reached, code, stats, records) -> Solved:
         reached=reached & valid,
         records=records,
     )
+
+
+def cast_floats(tree, dtype):
+    """Every floating array of `tree` in `dtype` (a model's parameters in its state's precision:
+    the solve computes in the dtype of `y0`)."""
+
+    def cast(x):
+        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return x.astype(dtype)
+        return x
+
+    return jax.tree.map(cast, tree)

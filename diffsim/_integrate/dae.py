@@ -21,6 +21,7 @@ from jaxtyping import Array, PyTree
 from .._custom_types import State
 from .._model import AbstractODE, check_model
 from .._validate import as_state, as_state_leaf, describe, is_traced
+from .common import cast_floats
 from .step_control import rms
 
 
@@ -101,12 +102,22 @@ def consistency_error(model, t0, y0, rtol, atol):
     return _consistency(model, t0, y0, rtol, atol)[0]
 
 
+# a Newton correction below this many spacings of the state's numbers is rounding
+_ROUNDING_EPS = 100
+
+
 def _consistency(model, t0, y0, rtol, atol):
     """(`consistency_error`, the Newton correction δ over the flattened state)."""
     y0_flat, unravel = ravel_pytree(y0)
     mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)
     delta = _newton_correction(model, t0, y0_flat, unravel, mass)
-    ratio = rms(delta / (atol + rtol * jnp.abs(y0_flat)))
+    rtol, atol = jnp.asarray(rtol).astype(y0_flat.dtype), jnp.asarray(atol).astype(y0_flat.dtype)
+    # A correction within the rounding of the state's dtype is no inconsistency: in float32 a
+    # state from `consistent_initial_state` moves by ~1e-7 relative under one more Newton step,
+    # above a tolerance of rtol = 1e-8 that float32 cannot resolve.
+    magnitude = jnp.abs(y0_flat) + jnp.max(jnp.abs(y0_flat), initial=0.0)
+    rounding = _ROUNDING_EPS * jnp.finfo(y0_flat.dtype).eps * magnitude
+    ratio = rms(delta / jnp.maximum(atol + rtol * jnp.abs(y0_flat), rounding))
     return jnp.where(jnp.isfinite(ratio), ratio, jnp.inf), delta
 
 
@@ -175,6 +186,7 @@ def consistent_initial_state(
     if model.mass_matrix is None:
         return y0
     y0_flat, _ = ravel_pytree(y0)
+    model = cast_floats(model, y0_flat.dtype)  # computed in the state's precision, as simulate
     if tolerance is None:
         tolerance = float(jnp.finfo(y0_flat.dtype).eps) ** 0.75
     y, ok = _consistent(model, y0, jnp.asarray(t0, y0_flat.dtype), tolerance)

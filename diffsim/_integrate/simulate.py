@@ -26,6 +26,7 @@ from .._validate import (
     probe_indices,
     to_device,
 )
+from .common import cast_floats
 from .dae import check_consistent_start, check_mass_matrix
 from .delay import solve_dde
 from .dense import constant_piece, DenseOutput
@@ -226,7 +227,7 @@ def simulate(
     dtype = real_dtype(y0)
     _check_finite_inputs(model, y0)
     check_ts(host_ts, dtype)
-    model = _cast_floats(model, dtype)
+    model = cast_floats(model, dtype)
     times = ts.astype(dtype)
     # the start time for the trace-time checks: taken on the host when ts is concrete (indexing
     # a device array would compile two small programs before the solve's own)
@@ -425,7 +426,7 @@ def _prepared_events(events, solver, model, t0, y0) -> tuple:
             if solver.stochastic
             else f"{type(solver).__name__} does not support events"
         )
-    event_list = _cast_floats(event_list, t0.dtype)
+    event_list = cast_floats(event_list, t0.dtype)
     once(_check_events, event_list, model, t0, y0)
     return tuple(_lift_event(event, t0, y0) for event in event_list)
 
@@ -475,15 +476,6 @@ def real_dtype(y0):
         raise ValueError("y0 is empty: pass the initial state as an array or a pytree of arrays")
     dtype = jnp.result_type(*leaves)
     return jnp.finfo(dtype).dtype  # the real dtype underlying a complex state
-
-
-def _cast_floats(tree, dtype):
-    def cast(x):
-        if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
-            return x.astype(dtype)
-        return x
-
-    return jax.tree.map(cast, tree)
 
 
 def _check_finite_inputs(model, y0) -> None:
