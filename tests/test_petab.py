@@ -146,6 +146,44 @@ def test_steady_state_measurements_are_taken_at_the_conditions_rest(tmp_path):
     assert problem.llh({"k1": k1}) == pytest.approx(llh, abs=1e-7)
 
 
+def test_objective_priors_of_the_natural_value_and_of_the_scaled_value(tmp_path):
+    """PEtab's priors: normal/laplace/uniform/logNormal of the natural value, parameterScale*
+    of the value on its scale (log10 k1 ~ N(-0.1, 0.5), no Jacobian): log_posterior - llh is
+    the sum of scipy's log-densities; llh leaves them out."""
+    from scipy import stats
+
+    case = SUITE / "0001"
+    for name in ("_0001.yaml", "_conditions.tsv", "_observables.tsv", "_model.xml"):
+        (tmp_path / name).write_text((case / name).read_text())
+    (tmp_path / "_measurements.tsv").write_text((case / "_measurements.tsv").read_text())
+    (tmp_path / "_parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate"
+        "\tobjectivePriorType\tobjectivePriorParameters\n"
+        "a0\tlin\t0\t10\t1.0\t1\tlaplace\t1.2;0.5\n"
+        "b0\tlin\t0\t10\t0.0\t1\tuniform\t0;10\n"
+        "k1\tlog10\t0.001\t10\t0.8\t1\tparameterScaleNormal\t-0.1;0.5\n"
+        "k2\tlin\t0\t10\t0.6\t1\tlogNormal\t-0.5;0.3\n"
+    )
+    problem = ds.petab.load(tmp_path / "_0001.yaml")
+    assert problem.unknowns["k1"].prior_on_scale and not problem.unknowns["k2"].prior_on_scale
+    expected = (
+        stats.laplace.logpdf(1.0, 1.2, 0.5)
+        + stats.uniform.logpdf(0.0, 0.0, 10.0)
+        + stats.norm.logpdf(np.log10(0.8), -0.1, 0.5)
+        + stats.lognorm.logpdf(0.6, 0.3, scale=np.exp(-0.5))
+    )
+    assert problem.log_posterior() - problem.llh() == pytest.approx(expected, abs=1e-10)
+    (tmp_path / "_parameters.tsv").write_text(
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate"
+        "\tobjectivePriorType\tobjectivePriorParameters\n"
+        "a0\tlin\t0\t10\t1.0\t1\tcauchy\t0;1\n"
+    )
+    with pytest.raises(ds.petab.PetabError, match="'cauchy' is not one of"):
+        ds.petab.load(tmp_path / "_0001.yaml")
+    with pytest.raises(ValueError, match="prior_on_scale=True\\) needs a prior"):
+        ds.Unknown(1.0, prior_on_scale=True)
+
+
 def test_initialisation_priors_it_does_not_follow_are_named(tmp_path):
     import shutil
 

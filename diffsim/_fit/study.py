@@ -53,6 +53,9 @@ class Unknown:
     - `prior`: a numpyro distribution over the natural value, or None (flat within the
       bounds): `ds.fit` then maximises the posterior density (MAP).
     - `estimate`: False holds it at `value` (a parameter the study names but does not fit).
+    - `prior_on_scale`: True reads `prior` as a distribution of the value on its `scale`
+      (log10 k ~ Normal(−2, 1) for `scale="log10"`; PEtab's `parameterScale*` priors), so
+      its density is that of the scaled value (no Jacobian to the natural value).
     """
 
     value: float
@@ -60,6 +63,7 @@ class Unknown:
     scale: str = "lin"
     prior: Any = None
     estimate: bool = True
+    prior_on_scale: bool = False
 
     def __post_init__(self):
         try:
@@ -96,6 +100,13 @@ class Unknown:
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "bounds", (low, high))
         object.__setattr__(self, "estimate", bool(self.estimate))
+        if not isinstance(self.prior_on_scale, (bool, np.bool_)):
+            raise TypeError(
+                f"Unknown(prior_on_scale=...) must be True or False, got {self.prior_on_scale!r}"
+            )
+        if self.prior_on_scale and self.prior is None:
+            raise ValueError("Unknown(prior_on_scale=True) needs a prior")
+        object.__setattr__(self, "prior_on_scale", bool(self.prior_on_scale))
 
     def to_scale(self, x):
         """A natural value on this unknown's scale."""

@@ -249,12 +249,16 @@ def _noise_terms(problem, predictions, sigmas, dtype, measured=None):
 
 
 def _prior_terms(problem, theta, dtype):
-    """−log π(x) of every estimated unknown with a prior, (with priors,)."""
+    """−log π(x) of every estimated unknown with a prior, (with priors,); π of the value on
+    its scale for a prior on the scale."""
     terms = []
     for i, name in enumerate(problem.names):
-        prior = problem.unknowns[name].prior
-        if prior is not None:
-            terms.append(-jnp.asarray(prior.log_prob(theta[i]), dtype))
+        unknown = problem.unknowns[name]
+        if unknown.prior is not None:
+            x = theta[i]
+            if unknown.prior_on_scale:
+                x = {"lin": x, "log": jnp.log(x), "log10": jnp.log10(x)}[unknown.scale]
+            terms.append(-jnp.asarray(unknown.prior.log_prob(x), dtype))
     return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
 
 

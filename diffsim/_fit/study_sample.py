@@ -146,7 +146,8 @@ def _prior_text(problem: Problem, name: str) -> str:
 
     unknown = problem.unknowns[name]
     if unknown.prior is not None:
-        return describe(unknown.prior)
+        on = f" of its {unknown.scale} value" if unknown.prior_on_scale else ""
+        return describe(unknown.prior) + on
     low, high = unknown.bounds
     return f"flat on its {unknown.scale} scale within ({low:g}, {high:g})"
 
@@ -178,7 +179,13 @@ def log_posterior(problem: Problem, u):
     theta = to_natural_values(scaled, tables.scales)
     nll, prior = negative_log_likelihood(problem, theta)
     log_jacobian = jnp.sum(jnp.log(jnp.abs(jacobian)))
-    with_prior = np.asarray([problem.unknowns[n].prior is not None for n in problem.names])
+    # a prior over the natural value: its density needs the Jacobian scale → natural value
+    with_prior = np.asarray(
+        [
+            problem.unknowns[n].prior is not None and not problem.unknowns[n].prior_on_scale
+            for n in problem.names
+        ]
+    )
     if with_prior.any():
         dx = jax.jvp(
             lambda s: to_natural_values(s, tables.scales), (scaled,), (jnp.ones_like(scaled),)

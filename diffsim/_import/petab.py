@@ -22,7 +22,13 @@ parameters (scale, bounds, nominal value, estimated or not). They map onto `ds.P
   starts at the condition's steady state (`pre_equilibrate=True`, reached from its initial
   state) and measures there (at t = 0).
 
-Not read yet, refused naming the table: priors; steady-state measurements after a
+- objective priors (`objectivePriorType`, `objectivePriorParameters`): uniform, normal,
+  laplace, logNormal, logLaplace of the natural value and parameterScaleUniform/Normal/Laplace
+  of the value on its scale, as `Unknown(prior=..., prior_on_scale=...)`; `problem.llh()`
+  leaves them out, `problem.log_posterior()`, `ds.fit` (the posterior's mode) and `ds.sample`
+  take them in.
+
+Not read yet, refused naming the table: steady-state measurements after a
 pre-equilibration; PEtab v2 files; several models or problems in one YAML file.
 """
 
@@ -204,10 +210,6 @@ class _Builder:
             missing = [c for c in columns if c not in table.columns]
             if missing:
                 raise PetabError(f"{path}: a table lacks the columns {missing}")
-        if any(c.startswith("objectivePrior") for c in parameters.columns):
-            kinds = {t for t in parameters.get("objectivePriorType", []) if str(t).strip()}
-            if kinds:
-                raise PetabError(f"{path}: priors ({sorted(kinds)}) are not read yet")
 
     # --- unknowns ---------------------------------------------------------------------------
 
@@ -224,13 +226,16 @@ class _Builder:
                     f"{self.path}: parameter {name}: bounds and nominal must be numbers"
                 )
             try:
+                prior, on_scale = _prior(row) if estimate else (None, False)
                 out[name] = Unknown(
                     nominal,
                     bounds=(low, high) if estimate else None,
                     scale=scale,
                     estimate=estimate,
+                    prior=prior,
+                    prior_on_scale=on_scale,
                 )
-            except (TypeError, ValueError) as error:
+            except (TypeError, ValueError, PetabError) as error:
                 raise PetabError(f"{self.path}: parameter {name}: {error}") from None
         return out
 
@@ -456,3 +461,39 @@ class _InitialState:
             i = model.state_names.index(name)
             state = state.at[i].set(jnp.where(p[_SET + name] > 0, p[name], state[i]))
         return state
+
+
+# PEtab v1's objective priors: (numpyro distribution of the two parameters, on the scale?). The
+# plain kinds are densities of the natural value; the parameterScale* kinds of the value on the
+# parameter's scale (log10 k for a log10 parameter), as libpetab and pyPESTO evaluate them.
+def _prior(row) -> tuple:
+    kind = str(row.get("objectivePriorType", "")).strip()
+    if kind in ("", "nan"):
+        return None, False
+    import numpyro.distributions as dist
+
+    text = str(row.get("objectivePriorParameters", "")).strip()
+    values = [_number(v) for v in text.split(";")] if text not in ("", "nan") else []
+    if len(values) != 2 or any(v is None for v in values):
+        raise PetabError(
+            f"objectivePriorType {kind} needs objectivePriorParameters 'a;b' (two numbers), "
+            f"got {text!r}"
+        )
+    a, b = values
+    laplace_exp = lambda: dist.TransformedDistribution(  # noqa: E731
+        dist.Laplace(a, b), dist.transforms.ExpTransform()
+    )
+    kinds = {
+        "uniform": (lambda: dist.Uniform(a, b), False),
+        "normal": (lambda: dist.Normal(a, b), False),
+        "laplace": (lambda: dist.Laplace(a, b), False),
+        "logNormal": (lambda: dist.LogNormal(a, b), False),
+        "logLaplace": (laplace_exp, False),
+        "parameterScaleUniform": (lambda: dist.Uniform(a, b), True),
+        "parameterScaleNormal": (lambda: dist.Normal(a, b), True),
+        "parameterScaleLaplace": (lambda: dist.Laplace(a, b), True),
+    }
+    if kind not in kinds:
+        raise PetabError(f"objectivePriorType {kind!r} is not one of {sorted(kinds)}")
+    make, on_scale = kinds[kind]
+    return make(), on_scale
