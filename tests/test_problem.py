@@ -7,6 +7,7 @@ normal case; the bad descriptions a study refuses."""
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -182,6 +183,42 @@ def test_laplace_noise_finds_the_median_and_the_mean_absolute_deviation():
     median = np.median(measured)
     assert result.params["c"] == pytest.approx(median, abs=1e-5)
     assert result.params["b"] == pytest.approx(np.mean(np.abs(measured - median)), rel=1e-4)
+
+
+def test_a_pure_scaling_factor_is_set_in_closed_form():
+    """y = s·x with s an unknown that only scales (found by `Tables.scalings`): one closed-form
+    step from any s gives the weighted least-squares s = Σ h m/σ² / Σ h²/σ² (here the truth, 3,
+    from noise-free data at the true rate); an offset (s·x + 0.1) or an s
+    that is also a σ is not a pure scaling."""
+    from diffsim._fit.study_fit import _noise_refinement
+    from diffsim._fit.study_objective import residuals, to_natural_values
+
+    model = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
+    ts = np.linspace(0.5, 5.0, 10)
+    data = {"time": ts, "observable": ["A"] * 10, "value": 3.0 * np.exp(-0.5 * ts)}
+
+    def study(fn, sigma=0.1):
+        return ds.Problem(
+            model,
+            experiments=[ds.Experiment(data, y0=jnp.array([1.0]))],
+            observables={"A": ds.Observable(fn, sigma=sigma)},
+            unknowns={
+                "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
+                "s": ds.Unknown(0.7, bounds=(1e-3, 1e3), scale="log10"),
+            },
+        )
+
+    problem = study(lambda t, y, p: p["s"] * y[0])
+    assert [(problem.names[k], int(mask.sum())) for k, mask in problem.tables.scalings] == [
+        ("s", 10)
+    ]
+    tables = problem.tables
+    x = jnp.asarray([np.log10(0.5), np.log10(0.7)])
+    r = jax.jit(lambda x: residuals(problem, to_natural_values(x, tables.scales)))(x)
+    refined = _noise_refinement(problem)(x, r)
+    assert 10 ** float(refined[1]) == pytest.approx(3.0, rel=1e-7)
+    assert not study(lambda t, y, p: p["s"] * y[0] + 0.1).tables.scalings
+    assert not study(lambda t, y, p: p["s"] * y[0], sigma="s").tables.scalings
 
 
 def test_bad_studies_are_refused_with_what_to_do():

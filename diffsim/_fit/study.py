@@ -592,6 +592,10 @@ class Tables:
     # the estimated unknowns that are only the σ of normal-type noise: (index in θ, bool mask
     # of the measurements whose σ it is); a fit sets them to their closed-form optimum
     noise: tuple = ()
+    # the estimated unknowns that only scale the predictions of normal measurements, y = s·h:
+    # (index in θ, bool mask of those measurements); a fit sets them to their closed-form
+    # optimum (weighted least squares given h and σ)
+    scalings: tuple = ()
 
 
 def build_tables(problem: Problem) -> Tables:
@@ -695,6 +699,7 @@ def build_tables(problem: Problem) -> Tables:
         upper=np.asarray(upper),
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
         noise=_noise_unknowns(problem, row_table, np.concatenate(observables)),
+        scalings=_scaling_unknowns(problem, row_table, np.concatenate(observables)),
     )
 
 
@@ -757,6 +762,84 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
         else:
             if mask.any():
                 found.append((k, mask))
+    return tuple(found)
+
+
+def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
+    """The estimated unknowns that are nothing but a factor of the predictions of normal
+    (linear-scale) measurements: not a model parameter, not a setting of an experiment, no
+    measurement's σ nor read by a σ function, and every observable that reads it (itself, or a
+    placeholder such as PEtab's `observableParameter1_<observable>` that a measurement sets to
+    it) is linear and homogeneous in it, y = s·h. Given h and σ the likelihood is then maximal
+    at the weighted least-squares s = Σ h m/σ² / Σ h²/σ² (hierarchical optimisation of scaling
+    factors, Loos et al., *Bioinformatics* 34 (2018)). Linearity is tested by evaluating the
+    function at several states and values (a function linear at all of them is taken as
+    linear)."""
+    from .._model import output_depends_on
+
+    referenced = set()
+    for experiment in problem.experiments:
+        for settings in (experiment.set or {}, experiment.pre_equilibrate):
+            if isinstance(settings, Mapping):
+                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+    observables = list(problem.observables.values())
+    base = _base_values(problem)
+    size = _state_size(problem, base)
+    t = jnp.zeros(())
+    names = problem.parameter_names
+    probe = np.random.default_rng(0).uniform(0.5, 2.0, (3, size))
+
+    def reads(fn, name):
+        y = jnp.asarray(probe[0])
+        return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+
+    def linear_in(fn, name) -> bool:
+        """fn(s) = s·fn(1) at every probe state, for s in 0, 0.5, 3, -2."""
+        for y in probe:
+            y = jnp.asarray(y)
+
+            def at(value):
+                return float(fn(t, y, {**base, name: jnp.asarray(value, jnp.result_type(float))}))
+
+            one = at(1.0)
+            if not np.isfinite(one):
+                return False
+            for value in (0.0, 0.5, 3.0, -2.0):
+                if not np.isclose(at(value), value * one, rtol=1e-9, atol=1e-12 * abs(one)):
+                    return False
+        return True
+
+    sigma_names = {o.sigma for o in observables if isinstance(o.sigma, str)}
+    normal = np.asarray([o.noise == "normal" for o in observables], dtype=bool)
+    found = []
+    for k, name in enumerate(problem.names):
+        if name in problem.model_parameters or name in referenced or name in sigma_names:
+            continue
+        if any(callable(o.sigma) and reads(o.sigma, name) for o in observables):
+            continue
+        taken = (rows.kind == ESTIMATED) & (rows.index == k)  # (measurements, parameters)
+        mask = np.zeros(len(row_observable), dtype=bool)
+        usable = True
+        for column in np.flatnonzero(taken.any(axis=0)):
+            column_name = names[column]
+            if column_name in problem.model_parameters or column_name in sigma_names:
+                usable = False
+                break
+            if any(callable(o.sigma) and reads(o.sigma, column_name) for o in observables):
+                usable = False
+                break
+            for j, observable in enumerate(observables):
+                where = taken[:, column] & (row_observable == j)
+                if not where.any() or not reads(observable.fn, column_name):
+                    continue
+                if not normal[j] or not linear_in(observable.fn, column_name):
+                    usable = False
+                    break
+                mask |= where
+            if not usable:
+                break
+        if usable and mask.any():
+            found.append((k, mask))
     return tuple(found)
 
 

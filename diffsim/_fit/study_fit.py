@@ -36,6 +36,7 @@ from .study_objective import (
     negative_log_likelihood,
     prior_hessian,
     residual_constant,
+    RESIDUAL_OFFSET,
     residuals,
     scaled_from_u,
     scaled_on_host,
@@ -407,7 +408,7 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
             max_steps=optimizer.max_steps,
             rtol=optimizer.rtol,
             atol=optimizer.atol,
-            refine=_noise_refinement(problem) if tables.noise else None,
+            refine=_noise_refinement(problem) if tables.noise or tables.scalings else None,
         )
         scaled = optimum.u
     nll, prior = negative_log_likelihood(problem, to_natural_values(scaled, tables.scales))
@@ -434,15 +435,25 @@ def _information(problem: Problem, scaled):
     return jacobian.T @ jacobian + prior_hessian(problem, scaled)
 
 
-def _noise_refinement(problem: Problem):
-    """`refine(x, r)` for `bounded_lm`: each pure noise unknown (`Tables.noise`) set to its
-    closed-form optimum given the predictions, σ² = mean((m − y)²) over its measurements, read
-    from the residuals (m − y)/σ at x: σ ← σ·√mean(r²), on its scale."""
+def _noise_refinement(problem: Problem, measured=None):
+    """`refine(x, r)` for `bounded_lm`: each pure scaling unknown (`Tables.scalings`), then
+    each pure noise unknown (`Tables.noise`), set to its closed-form optimum given the
+    predictions. A scaling s of y = s·h: the weighted least-squares s* = Σ h m/σ² / Σ h²/σ²,
+    with y = m − σ r and σ read from the residuals' log-σ roots; the residuals of its rows
+    then become (m − s* h)/σ. A σ: σ² = mean((m − y)²) over its measurements, from the
+    residuals (m − y)/σ: σ ← σ·√mean(r²), on its scale. `measured` replaces the study's
+    values (a refit's replicates), as in the residuals."""
     tables = problem.tables
     rows = len(tables.row_time)
+    measured = jnp.asarray(tables.row_value if measured is None else measured)
 
     def refine(x, r):
         scaled = r[:rows]
+        if tables.scalings:
+            # the second block holds √(log 2πσ² + C) for normal rows (study_objective)
+            sigma = jnp.sqrt(jnp.exp(r[rows : 2 * rows] ** 2 - RESIDUAL_OFFSET) / (2 * jnp.pi))
+            for k, mask in tables.scalings:
+                x, scaled = _refine_scaling(x, k, mask, scaled, sigma, measured, tables)
         for k, mask in tables.noise:
             weights = jnp.asarray(mask, x.dtype)
             mean = jnp.sum(weights * scaled**2) / float(mask.sum())
@@ -458,6 +469,29 @@ def _noise_refinement(problem: Problem):
         return x
 
     return refine
+
+
+def _refine_scaling(x, k, mask, scaled, sigma, measured, tables):
+    """(x with scaling k at its weighted least-squares optimum, the rows' new residuals)."""
+    scale = tables.scales[k]
+    natural = {"lin": x[k], "log": jnp.exp(x[k]), "log10": 10.0 ** x[k]}[scale]
+    weights = jnp.asarray(mask, x.dtype)
+    prediction = measured - sigma * scaled
+    h = jnp.where(weights > 0, prediction / jnp.where(natural != 0, natural, 1.0), 0.0)
+    numerator = jnp.sum(weights * h * measured / sigma**2)
+    denominator = jnp.sum(weights * h**2 / sigma**2)
+    optimum = numerator / denominator
+    if scale == "lin":
+        value = optimum
+    else:
+        log = jnp.log(jnp.where(optimum > 0, optimum, 1.0))
+        value = jnp.where(optimum > 0, log / (np.log(10.0) if scale == "log10" else 1.0), x[k])
+    value = jnp.clip(value, tables.lower[k], tables.upper[k])
+    ok = jnp.isfinite(value) & (natural != 0) & (denominator > 0) & jnp.all(jnp.isfinite(sigma))
+    value = jnp.where(ok, value, x[k])
+    new_natural = {"lin": value, "log": jnp.exp(value), "log10": 10.0**value}[scale]
+    new_scaled = jnp.where(weights > 0, (measured - new_natural * h) / sigma, scaled)
+    return x.at[k].set(value), jnp.where(ok, new_scaled, scaled)
 
 
 def _result(

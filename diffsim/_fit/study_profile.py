@@ -150,7 +150,7 @@ def _fit_within(problem, start, lower, upper, measured=None):
         max_steps=512,
         rtol=1e-8,
         atol=1e-10,
-        refine=_noise_refinement(problem) if tables.noise else None,
+        refine=(_noise_refinement(problem, measured) if tables.noise or tables.scalings else None),
     )
 
 
