@@ -703,6 +703,17 @@ def build_tables(problem: Problem) -> Tables:
     )
 
 
+def _set_by_experiments(problem: Problem) -> set:
+    """The parameters an experiment (or its pre-equilibration) sets, and the unknowns it sets
+    them to: neither can be a pure σ or scaling (they reach the model)."""
+    referenced = set()
+    for experiment in problem.experiments:
+        for settings in (experiment.set or {}, experiment.pre_equilibrate):
+            if isinstance(settings, Mapping):
+                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+    return referenced
+
+
 def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
     """The estimated unknowns that are nothing but the σ of normal, log-normal or
     log10-normal measurements: not a model parameter, not a setting of an experiment, not read
@@ -714,11 +725,7 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     *Bioinformatics* 34 (2018))."""
     from .._model import output_depends_on
 
-    referenced = set()
-    for experiment in problem.experiments:
-        for settings in (experiment.set or {}, experiment.pre_equilibrate):
-            if isinstance(settings, Mapping):
-                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+    referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
@@ -777,11 +784,7 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     linear)."""
     from .._model import output_depends_on
 
-    referenced = set()
-    for experiment in problem.experiments:
-        for settings in (experiment.set or {}, experiment.pre_equilibrate):
-            if isinstance(settings, Mapping):
-                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+    referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
     size = _state_size(problem, base)
