@@ -147,3 +147,35 @@ def test_no_import_cycles():
     for module in sorted(GRAPH):
         if state.get(module) is None:
             visit(module)
+
+
+def _solver_classes() -> set[str]:
+    """Names of the solver classes `diffsim._solver` defines."""
+    names = set()
+    for path in (PACKAGE / "_solver").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                names.add(node.name)
+    return names
+
+
+def test_loops_ask_solvers_for_capabilities_instead_of_testing_classes():
+    """Outside `_solver/`, no `isinstance(x, <a diffsim solver class>)`: the loops read
+    capabilities (`adaptive`, `stochastic`, `reversible`, `delay_stepping`, ...), so a new
+    family touches `_solver/` and its own loop only. The family registry
+    (`_integrate/families.py`) maps base classes to loops by design, with `issubclass`."""
+    classes = _solver_classes() - {"Banded", "RosenbrockTableau", "Linearised"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "_solver" in path.parts or "__pycache__" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance"):
+                continue
+            if len(node.args) != 2:
+                continue
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            named |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            if named & classes:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {sorted(named & classes)}")
+    assert not found, found

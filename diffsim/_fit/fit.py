@@ -11,7 +11,6 @@ import numpy as np
 
 from .._model import AbstractODE
 from .._quasirandom import halton_unit
-from .._solver.adaptive import AbstractAdaptiveSolver
 from .._solver.base import AbstractSolver
 from .._warn import warn
 from . import optimize as opt
@@ -511,7 +510,7 @@ def _screen(problem: Problem, candidates, mask):
     `SCREEN_RTOL` and its steps capped: the points are only ranked."""
     staged = dataclasses.replace(problem, scale=problem.scale * mask[:, None])
     solver = problem.solver
-    if isinstance(solver, AbstractAdaptiveSolver):
+    if solver.adaptive:
         loose = jnp.maximum(solver.rtol, jnp.asarray(SCREEN_RTOL, solver.rtol.dtype))
         staged = dataclasses.replace(
             staged,

@@ -25,9 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model import AbstractDDE
-from .._solver.adaptive import AbstractDiffraxMethod
-from .._solver.base import AbstractFixedStepSolver
-from .._solver.rosenbrock import AbstractRosenbrock
 from .._solver.runge_kutta import AbstractRungeKutta
 from .._validate import is_traced
 from .adaptive_loop import Attempt, Method, run_any_order, solved
@@ -55,8 +52,8 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
     if request.key is not None or solver.stochastic:
         raise NotImplementedError("stochastic delay equations are not supported")
     lags = _concrete_lags(model)
-    if isinstance(solver, AbstractFixedStepSolver):
-        if not isinstance(solver, AbstractRungeKutta):
+    if solver.needs_dt:
+        if solver.delay_stepping != "runge_kutta":
             raise NotImplementedError(
                 f"{type(solver).__name__} cannot step a delay equation: use an explicit "
                 "Runge–Kutta method (ds.RK4(), ds.Euler(), ...) or an adaptive one (ds.Tsit5())"
@@ -97,9 +94,9 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
             max_steps=total + BREAK_ORDERS * len(model.delays()) + 2,
             dense=request.dense,
         )
-    if isinstance(solver, AbstractRosenbrock):
+    if solver.delay_stepping == "rosenbrock":
         method, error_order = RosenbrockMethod(solver), solver.error_order
-    elif isinstance(solver, AbstractDiffraxMethod) and solver.runs_own_loop("auto"):
+    elif solver.delay_stepping == "explicit_pair":
         inner = solver.to_diffrax()
         method = ExplicitPair(inner)
         error_order = inner.order(diffrax.ODETerm(model.vector_field))

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 
 from .._events import Event
 from .._model import AbstractODE, AbstractSDE
-from .._solver.symplectic import AbstractSymplectic
 
 
 class Reversed(AbstractODE):
@@ -69,7 +68,7 @@ def check_reversible(model, solver) -> None:
             "ts decreases (integration backwards in time), which a stochastic model or solver "
             "does not support: a diffusion run backwards is not the same process"
         )
-    if isinstance(solver, AbstractSymplectic):
+    if not solver.reversible:
         raise NotImplementedError(
             f"ts decreases (integration backwards in time), which {type(solver).__name__} does "
             "not support (it steps the model's Hamiltonian structure forward); use a "

@@ -168,7 +168,7 @@ def steady_state(
     if solver is None:
         solver = Rodas5P(rtol=1e-6, atol=1e-9)
     check_solver("solver", solver, needs="an adaptive solver (e.g. ds.Rodas5P())")
-    if not isinstance(solver, AbstractAdaptiveSolver):
+    if not solver.adaptive:
         raise TypeError(
             f"steady_state integrates to rest with an adaptive solver (its steps grow as the "
             f"state settles); {type(solver).__name__} takes fixed steps: pass e.g. ds.Rodas5P()"

@@ -127,6 +127,11 @@ class AbstractDiffraxMethod(AbstractAdaptiveSolver):
         return adjoint == "auto" and is_plain_explicit_pair(self.to_diffrax())
 
     @property
+    def delay_stepping(self) -> str | None:
+        """An explicit pair steps a delay equation in diffsim's own loop; others cannot."""
+        return "explicit_pair" if self.runs_own_loop("auto") else None
+
+    @property
     def implicit(self) -> bool:
         """Whether each step solves a nonlinear system (a stiff solver such as Kvaerno5)."""
         return isinstance(self.to_diffrax(), diffrax.AbstractImplicitSolver)

@@ -55,6 +55,20 @@ class AbstractSolver(eqx.Module):
         there is no use suggesting a stiff solver when it fails."""
         return self.implicit
 
+    @property
+    def reversible(self) -> bool:
+        """Whether it integrates backwards in time (a decreasing `ts`, solved forward in
+        s = −t on the negated vector field): every deterministic family but the symplectic
+        splittings, which step a Hamiltonian's structure forward."""
+        return not self.stochastic
+
+    @property
+    def delay_stepping(self) -> str | None:
+        """How the method of steps of a delay equation steps with it: `"runge_kutta"` (an
+        explicit fixed-step method), `"rosenbrock"`, `"explicit_pair"` (diffsim's own adaptive
+        loop), or None where it cannot."""
+        return None
+
     def check_model(self, model, t0, y0) -> None:
         """Raise a clear `TypeError` if this solver cannot step `model` (called once at trace
         time, never inside the loop)."""

@@ -141,6 +141,8 @@ class AbstractRosenbrock(AbstractAdaptiveSolver):
     the explicit pairs). Events are located on the method's dense output inside accepted
     steps (`simulate(..., events=...)`). Not supported: stochastic models."""
 
+    delay_stepping: ClassVar[str] = "rosenbrock"  # type: ignore[assignment]
+
     supports_events: ClassVar[bool] = True
     supports_mass_matrix: ClassVar[bool] = True
     order: ClassVar[int]

@@ -14,6 +14,7 @@ class AbstractRungeKutta(AbstractFixedStepSolver):
     """An explicit Runge–Kutta method given by a class-level `tableau`."""
 
     tableau: ClassVar[ButcherTableau]
+    delay_stepping: ClassVar[str] = "runge_kutta"  # type: ignore[assignment]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -41,6 +41,7 @@ class AbstractSymplectic(AbstractFixedStepSolver):
 
     kicks: ClassVar[tuple[float, ...]]
     drifts: ClassVar[tuple[float, ...]]
+    reversible: ClassVar[bool] = False  # type: ignore[assignment]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
