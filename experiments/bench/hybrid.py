@@ -1,0 +1,185 @@
+"""Gradients of a universal differential equation (a neural network inside a mechanistic model)
+with respect to the network's weights: diffsim's default against diffrax's adjoints.
+
+The model is Lotka–Volterra with its interaction terms learned (Rackauckas et al. 2020):
+du/dt = α u + NN(u, v)₁, dv/dt = −δ v + NN(u, v)₂, an `eqx.nn.MLP` (two hidden layers, GELU)
+as a field of a `ds.AbstractODE`. The loss is the mean squared error over 31 output times on
+[0, 3]; Tsit5 at rtol = atol = 1e-6, float32, default options everywhere. Per network size
+(widths giving ~1e3, 1e4 and 1e5 weights):
+
+  - diffsim: `eqx.filter_grad` through `ds.simulate` (the default derivative rule);
+  - diffrax `RecursiveCheckpointAdjoint` (its default) and `BacksolveAdjoint`, the same
+    vector field and tolerances through `diffrax.diffeqsolve` with `SaveAt(ts=...)`.
+
+Compile time (trace + lower + compile of the jitted gradient), run time (median after a
+warm-up, `block_until_ready`), XLA's temporary buffer size of the compiled program (its
+`memory_analysis`, a proxy for peak memory), and the gradient error: the largest difference
+from diffrax's default gradient relative to its largest entry. Ratios are against diffrax's
+default, as the targets of hybrid models are.
+
+Run: `python experiments/bench/hybrid.py [--quick]`
+"""
+
+import argparse
+import os
+import sys
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import compile_seconds, machine_line, record, run_seconds, table
+
+import diffsim as ds
+
+RTOL = ATOL = 1e-6
+TS = np.linspace(0.0, 3.0, 31).astype(np.float32)
+Y0 = np.array([0.44, 4.6], np.float32)
+
+
+class UDE(ds.AbstractODE):
+    """Lotka–Volterra's growth and decay, the interactions learned by `net`."""
+
+    alpha: jax.Array
+    delta: jax.Array
+    net: eqx.nn.MLP
+
+    def vector_field(self, t, y, args=None):
+        return jnp.stack([self.alpha * y[0], -self.delta * y[1]]) + self.net(y)
+
+
+def _width(weights: int) -> int:
+    """The hidden width whose MLP 2 → w → w → 2 has about `weights` weights (w² + 6w + 2)."""
+    return max(2, int(round((-6 + np.sqrt(36 + 4 * (weights - 2))) / 2)))
+
+
+def _data() -> jnp.ndarray:
+    """The target trajectory: Lotka–Volterra with β = 0.9, γ = 0.8 (what the network learns)."""
+    truth = ds.ODE(
+        lambda t, y, p: jnp.stack(
+            [1.3 * y[0] - 0.9 * y[0] * y[1], -1.8 * y[1] + 0.8 * y[0] * y[1]]
+        ),
+        {},
+    )
+    return ds.simulate(truth, jnp.asarray(Y0), TS, solver=ds.Tsit5(rtol=RTOL, atol=ATOL)).ys
+
+
+def _losses(model: UDE, data):
+    """{method: loss(net)} for the three ways of differentiating the solve."""
+
+    def diffsim_loss(net):
+        solution = ds.simulate(
+            eqx.tree_at(lambda m: m.net, model, net),
+            jnp.asarray(Y0),
+            jnp.asarray(TS),
+            solver=ds.Tsit5(rtol=RTOL, atol=ATOL),
+        )
+        return jnp.mean((solution.ys - data) ** 2)
+
+    def diffrax_loss(adjoint):
+        def loss(net):
+            ude = eqx.tree_at(lambda m: m.net, model, net)
+            solution = diffrax.diffeqsolve(
+                # the model as `args`: BacksolveAdjoint differentiates only explicit inputs
+                diffrax.ODETerm(lambda t, y, ude: ude.vector_field(t, y)),
+                diffrax.Tsit5(),
+                float(TS[0]),
+                float(TS[-1]),
+                None,
+                jnp.asarray(Y0),
+                args=ude,
+                saveat=diffrax.SaveAt(ts=jnp.asarray(TS)),
+                stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL),
+                adjoint=adjoint,
+                max_steps=4096,
+            )
+            return jnp.mean((solution.ys - data) ** 2)
+
+        return loss
+
+    return {
+        "diffsim default": diffsim_loss,
+        "diffrax RecursiveCheckpointAdjoint": diffrax_loss(diffrax.RecursiveCheckpointAdjoint()),
+        "diffrax BacksolveAdjoint": diffrax_loss(diffrax.BacksolveAdjoint()),
+    }
+
+
+def measure(weights: int, data, repeats: int) -> list[dict]:
+    width = _width(weights)
+    net = eqx.nn.MLP(2, 2, width, 2, activation=jax.nn.gelu, key=jax.random.key(0))
+    # small output weights: the learned term starts near zero, as in a UDE's training
+    net = eqx.tree_at(lambda n: n.layers[-1].weight, net, net.layers[-1].weight * 0.01)
+    model = UDE(jnp.asarray(1.3, jnp.float32), jnp.asarray(1.8, jnp.float32), net)
+    count = sum(x.size for x in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
+    params, static = eqx.partition(net, eqx.is_array)
+    rows, gradients = [], {}
+    for name, loss in _losses(model, data).items():
+        grad = jax.jit(jax.grad(lambda p, loss=loss: loss(eqx.combine(p, static))))
+        compile_s, compiled = compile_seconds(grad, params)
+        run_s = run_seconds(compiled, params, repeats=repeats)
+        memory = compiled.memory_analysis()
+        temp = getattr(memory, "temp_size_in_bytes", float("nan")) if memory else float("nan")
+        gradients[name] = np.concatenate([np.ravel(g) for g in jax.tree.leaves(compiled(params))])
+        rows.append(dict(method=name, weights=count, compile_s=compile_s, run_s=run_s, temp=temp))
+    reference = gradients["diffrax RecursiveCheckpointAdjoint"]
+    scale = float(np.max(np.abs(reference)))
+    for row in rows:
+        row["difference"] = float(np.max(np.abs(gradients[row["method"]] - reference))) / scale
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1e3 weights only, for smoke tests")
+    args = parser.parse_args(argv)
+    sizes = (1_000,) if args.quick else (1_000, 10_000, 100_000)
+    repeats = 3 if args.quick else 10
+    print(machine_line())
+    print(f"UDE (Lotka–Volterra + MLP), Tsit5 rtol = atol = {RTOL:g}, float32, 31 outputs\n")
+    data = _data()
+    table_rows = []
+    for weights in sizes:
+        rows = measure(weights, data, repeats)
+        base = next(r for r in rows if r["method"] == "diffrax RecursiveCheckpointAdjoint")
+        for row in rows:
+            record(
+                f"UDE gradient, {row['weights']:,} weights",
+                row["method"],
+                compile_s=row["compile_s"],
+                run_s=row["run_s"],
+                temp_bytes=row["temp"],
+            )
+            table_rows.append(
+                [
+                    f"{row['weights']:,}",
+                    row["method"],
+                    f"{row['compile_s']:.2f}",
+                    f"{1e3 * row['run_s']:.2f}",
+                    f"{row['run_s'] / base['run_s']:.2f}",
+                    f"{row['compile_s'] / base['compile_s']:.2f}",
+                    f"{row['temp'] / 2**20:.1f}",
+                    f"{row['difference']:.1e}",
+                ]
+            )
+    print(
+        table(
+            table_rows,
+            [
+                "weights",
+                "method",
+                "compile s",
+                "run ms",
+                "run / diffrax default",
+                "compile / diffrax default",
+                "temp MiB",
+                "gradient error (rel.)",
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
