@@ -27,10 +27,11 @@ TS = jnp.linspace(0.0, 3.0, 13)
     [
         (ds.Tsit5(rtol=1e-10, atol=1e-12), {}, 1e-12),
         (ds.RK4(), {"dt": 0.05}, 1e-12),
+        (ds.RK4(), {"dt": 0.07}, 1e-12),  # a dt that does not divide the outputs' 0.25
         (ds.Rodas5P(rtol=1e-8, atol=1e-10), {}, 1e-12),
         (ds.Rosenbrock23(rtol=1e-8, atol=1e-10), {}, 5e-6),
     ],
-    ids=["Tsit5", "RK4", "Rodas5P", "Rosenbrock23"],
+    ids=["Tsit5", "RK4", "RK4-dt-0.07", "Rodas5P", "Rosenbrock23"],
 )
 def test_the_method_of_steps_matches_its_closed_form(solver, options, atol):
     """The solution is a polynomial of degree ≤ 3 between breakpoints t = τ, 2τ, where the

@@ -73,8 +73,13 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
             if counts is not None
             else plan.steps_per_save * (request.ts.shape[0] - 1)
         )
-        dt = float(np.diff(np.asarray(request.host_ts, np.float64))[0]) / (
-            int(counts[0]) if counts is not None else plan.steps_per_save
+        # dt itself when given (the longest step: the loop cuts steps at the output times, so
+        # each interval takes ceil(interval / dt) steps, the plan's count); else the first
+        # interval's steps_per_save-th
+        dt = (
+            float(request.dt)
+            if request.dt is not None
+            else float(np.diff(np.asarray(request.host_ts, np.float64))[0]) / plan.steps_per_save
         )
         if lags is not None and dt > min(lags) * (1 + 1e-12):
             raise ValueError(
