@@ -1,10 +1,11 @@
 """Warnings that point at the caller's line, however deep in diffsim they are raised."""
 
+import os
 import sys
 import warnings
 from pathlib import Path
 
-_PACKAGE = str(Path(__file__).resolve().parent) + "/"
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
 
 # Libraries through which diffsim's own code runs (jit tracing, equinox's filters, diffrax's
 # loop, the standard library's wrappers): their frames lie between diffsim's frames, not above

@@ -197,14 +197,14 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
     ts = np.linspace(0.5, 5.0, 10)
     data = {"time": ts, "observable": ["A"] * 10, "value": 3.0 * np.exp(-0.5 * ts)}
 
-    def study(fn, sigma=0.1):
+    def study(fn, sigma=0.1, prior=None):
         return ds.Problem(
             model,
             experiments=[ds.Experiment(data, y0=jnp.array([1.0]))],
             observables={"A": ds.Observable(fn, sigma=sigma)},
             unknowns={
                 "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
-                "s": ds.Unknown(0.7, bounds=(1e-3, 1e3), scale="log10"),
+                "s": ds.Unknown(0.7, bounds=(1e-3, 1e3), scale="log10", prior=prior),
             },
         )
 
@@ -219,6 +219,11 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
     assert 10 ** float(refined[1]) == pytest.approx(3.0, rel=1e-7)
     assert not study(lambda t, y, p: p["s"] * y[0] + 0.1).tables.scalings
     assert not study(lambda t, y, p: p["s"] * y[0], sigma="s").tables.scalings
+    # with a prior the closed form (which ignores it) is not used: s is fitted with the rest
+    import numpyro.distributions as dist
+
+    prior = dist.LogNormal(0.0, 1.0)
+    assert not study(lambda t, y, p: p["s"] * y[0], prior=prior).tables.scalings
 
 
 def test_bad_studies_are_refused_with_what_to_do():

@@ -719,7 +719,8 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     log10-normal measurements: not a model parameter, not a setting of an experiment, not read
     by any observable's function or σ function, and wherever a measurement takes its value
     (itself, or a measurement's override of a placeholder such as PEtab's
-    `noiseParameter1_<observable>`), that parameter is the σ of the measurement's observable.
+    `noiseParameter1_<observable>`), that parameter is the σ of the measurement's observable;
+    and without a prior.
     Given the predictions, the likelihood is then maximal at σ² = the mean squared difference
     of its measurements, in closed form (hierarchical optimisation, Loos et al.,
     *Bioinformatics* 34 (2018))."""
@@ -753,6 +754,8 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     for k, name in enumerate(problem.names):
         if name in problem.model_parameters or name in referenced or read_by_a_function(name):
             continue
+        if problem.unknowns[name].prior is not None:  # the closed form would ignore it
+            continue
         taken = (rows.kind == ESTIMATED) & (rows.index == k)  # (measurements, parameters)
         columns = np.flatnonzero(taken.any(axis=0))
         if not len(columns):
@@ -777,8 +780,9 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     (linear-scale) measurements: not a model parameter, not a setting of an experiment, no
     measurement's σ nor read by a σ function, and every observable that reads it (itself, or a
     placeholder such as PEtab's `observableParameter1_<observable>` that a measurement sets to
-    it) is linear and homogeneous in it, y = s·h. Given h and σ the likelihood is then maximal
-    at the weighted least-squares s = Σ h m/σ² / Σ h²/σ² (hierarchical optimisation of scaling
+    it) is linear and homogeneous in it, y = s·h; and without a prior. Given h and σ the
+    likelihood is then maximal at the weighted least-squares s = Σ h m/σ² / Σ h²/σ²
+    (hierarchical optimisation of scaling
     factors, Loos et al., *Bioinformatics* 34 (2018)). Linearity is tested by evaluating the
     function at several states and values (a function linear at all of them is taken as
     linear)."""
@@ -817,6 +821,8 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     found = []
     for k, name in enumerate(problem.names):
         if name in problem.model_parameters or name in referenced or name in sigma_names:
+            continue
+        if problem.unknowns[name].prior is not None:  # the closed form would ignore it
             continue
         if any(callable(o.sigma) and reads(o.sigma, name) for o in observables):
             continue
