@@ -107,15 +107,21 @@ _TOKEN = re.compile(
 
 def _tokens(text: str) -> tuple[list[tuple[str, str]], int]:
     """The literal tokens at the start of `text` and where they stop."""
-    tokens, position = [], 0
+    tokens, ends = _spans(text)
+    return tokens, ends[-1] if ends else 0
+
+
+def _spans(text: str) -> tuple[list[tuple[str, str]], list[int]]:
+    """The literal tokens at the start of `text` and where each ends."""
+    tokens, ends, position = [], [], 0
     while position < len(text):
         match = _TOKEN.match(text, position)
         if not match or match.end() == position:
             break
         kind = match.lastgroup
         tokens.append((kind, match.group(kind)))
-        position = match.end()
-    return tokens, position
+        ends.append(position := match.end())
+    return tokens, ends
 
 
 class _Parser:
@@ -192,18 +198,8 @@ def parse_promise(comment: str):
 def _ends_literal(comment: str, tokens) -> bool:
     """Whether the literal stands alone: the comment ends after it, or goes on with ':', ';',
     ',', '=', '(' or a dash. `# 8 final angles` describes; `# 8: the final angles` promises."""
-    _, stop = _tokens_until(comment, len(tokens))
-    rest = comment[stop:].lstrip()
+    rest = comment[_spans(comment)[1][len(tokens) - 1] :].lstrip()
     return not rest or rest[0] in ":;,=(—-"
-
-
-def _tokens_until(text: str, count: int) -> tuple[list, int]:
-    tokens, position = [], 0
-    while len(tokens) < count:
-        match = _TOKEN.match(text, position)
-        tokens.append(match.group(match.lastgroup))
-        position = match.end()
-    return tokens, position
 
 
 def _plain(value):

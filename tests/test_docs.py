@@ -108,7 +108,7 @@ def test_every_public_name_has_a_docstring():
 PAGES = sorted(
     page.relative_to(ROOT).as_posix()
     for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")]
-    if "```python" in page.read_text(encoding="utf-8")
+    if docs_runner.blocks(page.read_text(encoding="utf-8"))
 )
 
 

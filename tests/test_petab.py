@@ -172,6 +172,7 @@ def test_objective_priors_of_the_natural_value_and_of_the_scaled_value(tmp_path)
         + stats.norm.logpdf(np.log10(0.8), -0.1, 0.5)
         + stats.lognorm.logpdf(0.6, 0.3, scale=np.exp(-0.5))
     )
+    # the same four log-densities in float64: only rounding differs
     assert problem.log_posterior() - problem.llh() == pytest.approx(expected, abs=1e-10)
     (tmp_path / "_parameters.tsv").write_text(
         "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate"

@@ -724,17 +724,14 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     Given the predictions, the likelihood is then maximal at σ² = the mean squared difference
     of its measurements, in closed form (hierarchical optimisation, Loos et al.,
     *Bioinformatics* 34 (2018))."""
-    from .._model import output_depends_on
-
     referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
-    t = jnp.zeros(())
     names = problem.parameter_names
 
     def reads(fn, name):
-        return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+        return _reads(fn, name, base, y)
 
     read = {}
 
@@ -775,6 +772,15 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     return tuple(found)
 
 
+def _reads(fn, name: str, base: dict, y) -> bool:
+    """Whether an observable's (or σ's) `fn(t, y, p)` depends on `p[name]` at state `y`
+    (traced to a jaxpr, nothing computed)."""
+    from .._model import output_depends_on
+
+    t = jnp.zeros(())
+    return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+
+
 def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
     """The estimated unknowns that are nothing but a factor of the predictions of normal
     (linear-scale) measurements: not a model parameter, not a setting of an experiment, no
@@ -782,31 +788,32 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     placeholder such as PEtab's `observableParameter1_<observable>` that a measurement sets to
     it) is linear and homogeneous in it, y = s·h; and without a prior. Given h and σ the
     likelihood is then maximal at the weighted least-squares s = Σ h m/σ² / Σ h²/σ²
-    (hierarchical optimisation of scaling
-    factors, Loos et al., *Bioinformatics* 34 (2018)). Linearity is tested by evaluating the
-    function at several states and values (a function linear at all of them is taken as
-    linear)."""
-    from .._model import output_depends_on
-
+    (hierarchical optimisation of scaling factors, Loos et al., *Bioinformatics* 34 (2018)).
+    Linearity is tested by evaluating the function at several states and values (a function
+    linear at all of them is taken as linear)."""
     referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
-    size = _state_size(problem, base)
-    t = jnp.zeros(())
-    names = problem.parameter_names
-    probe = np.random.default_rng(0).uniform(0.5, 2.0, (3, size))
+    probe = np.random.default_rng(0).uniform(0.5, 2.0, (3, _state_size(problem, base)))
+    y = jnp.asarray(probe[0])
+    sigma_names = {o.sigma for o in observables if isinstance(o.sigma, str)}
 
-    def reads(fn, name):
-        y = jnp.asarray(probe[0])
-        return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
+    def only_scales(name) -> bool:
+        """Neither the model, a σ nor an experiment's setting reads `name`."""
+        return (
+            name not in problem.model_parameters
+            and name not in sigma_names
+            and not any(callable(o.sigma) and _reads(o.sigma, name, base, y) for o in observables)
+        )
 
     def linear_in(fn, name) -> bool:
         """fn(s) = s·fn(1) at every probe state, for s in 0, 0.5, 3, -2."""
-        for y in probe:
-            y = jnp.asarray(y)
+        t = jnp.zeros(())
+        for state in probe:
 
-            def at(value):
-                return float(fn(t, y, {**base, name: jnp.asarray(value, jnp.result_type(float))}))
+            def at(value, state=jnp.asarray(state)):
+                value = jnp.asarray(value, jnp.result_type(float))
+                return float(fn(t, state, {**base, name: value}))
 
             one = at(1.0)
             if not np.isfinite(one):
@@ -816,38 +823,29 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
                     return False
         return True
 
-    sigma_names = {o.sigma for o in observables if isinstance(o.sigma, str)}
-    normal = np.asarray([o.noise == "normal" for o in observables], dtype=bool)
-    found = []
-    for k, name in enumerate(problem.names):
-        if name in problem.model_parameters or name in referenced or name in sigma_names:
-            continue
-        if problem.unknowns[name].prior is not None:  # the closed form would ignore it
-            continue
-        if any(callable(o.sigma) and reads(o.sigma, name) for o in observables):
-            continue
+    def scaled_rows(k):
+        """The rows that θ[k] scales, or None where it does more than scale."""
         taken = (rows.kind == ESTIMATED) & (rows.index == k)  # (measurements, parameters)
         mask = np.zeros(len(row_observable), dtype=bool)
-        usable = True
         for column in np.flatnonzero(taken.any(axis=0)):
-            column_name = names[column]
-            if column_name in problem.model_parameters or column_name in sigma_names:
-                usable = False
-                break
-            if any(callable(o.sigma) and reads(o.sigma, column_name) for o in observables):
-                usable = False
-                break
+            column_name = problem.parameter_names[column]
+            if not only_scales(column_name):
+                return None
             for j, observable in enumerate(observables):
                 where = taken[:, column] & (row_observable == j)
-                if not where.any() or not reads(observable.fn, column_name):
+                if not where.any() or not _reads(observable.fn, column_name, base, y):
                     continue
-                if not normal[j] or not linear_in(observable.fn, column_name):
-                    usable = False
-                    break
+                if observable.noise != "normal" or not linear_in(observable.fn, column_name):
+                    return None
                 mask |= where
-            if not usable:
-                break
-        if usable and mask.any():
+        return mask
+
+    found = []
+    for k, name in enumerate(problem.names):
+        if name in referenced or problem.unknowns[name].prior is not None or not only_scales(name):
+            continue  # a prior: the closed form would ignore it
+        mask = scaled_rows(k)
+        if mask is not None and mask.any():
             found.append((k, mask))
     return tuple(found)
 

@@ -41,6 +41,7 @@ from .study_objective import (
     scaled_from_u,
     scaled_on_host,
     to_natural_values,
+    to_scaled_values,
     u_from_scaled,
 )
 
@@ -408,7 +409,7 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
             max_steps=optimizer.max_steps,
             rtol=optimizer.rtol,
             atol=optimizer.atol,
-            refine=_noise_refinement(problem) if tables.noise or tables.scalings else None,
+            refine=_closed_form_refinement(problem),
         )
         scaled = optimum.u
     nll, prior = negative_log_likelihood(problem, to_natural_values(scaled, tables.scales))
@@ -435,8 +436,9 @@ def _information(problem: Problem, scaled):
     return jacobian.T @ jacobian + prior_hessian(problem, scaled)
 
 
-def _noise_refinement(problem: Problem, measured=None):
-    """`refine(x, r)` for `bounded_lm`: each pure scaling unknown (`Tables.scalings`), then
+def _closed_form_refinement(problem: Problem, measured=None):
+    """`refine(x, r)` for `bounded_lm` (None when the study has neither kind below): each pure
+    scaling unknown (`Tables.scalings`), then
     each pure noise unknown (`Tables.noise`), set to its closed-form optimum given the
     predictions. A scaling s of y = s·h: the weighted least-squares s* = Σ h m/σ² / Σ h²/σ²,
     with y = m − σ r and σ read from the residuals' log-σ roots; the residuals of its rows
@@ -444,6 +446,8 @@ def _noise_refinement(problem: Problem, measured=None):
     residuals (m − y)/σ: σ ← σ·√mean(r²), on its scale. `measured` replaces the study's
     values (a refit's replicates), as in the residuals."""
     tables = problem.tables
+    if not (tables.noise or tables.scalings):
+        return None
     rows = len(tables.row_time)
     measured = jnp.asarray(tables.row_value if measured is None else measured)
 
@@ -474,22 +478,19 @@ def _noise_refinement(problem: Problem, measured=None):
 def _refine_scaling(x, k, mask, scaled, sigma, measured, tables):
     """(x with scaling k at its weighted least-squares optimum, the rows' new residuals)."""
     scale = tables.scales[k]
-    natural = {"lin": x[k], "log": jnp.exp(x[k]), "log10": 10.0 ** x[k]}[scale]
+    natural = to_natural_values(x[k], scale)
     weights = jnp.asarray(mask, x.dtype)
     prediction = measured - sigma * scaled
     h = jnp.where(weights > 0, prediction / jnp.where(natural != 0, natural, 1.0), 0.0)
-    numerator = jnp.sum(weights * h * measured / sigma**2)
     denominator = jnp.sum(weights * h**2 / sigma**2)
-    optimum = numerator / denominator
-    if scale == "lin":
-        value = optimum
-    else:
-        log = jnp.log(jnp.where(optimum > 0, optimum, 1.0))
-        value = jnp.where(optimum > 0, log / (np.log(10.0) if scale == "log10" else 1.0), x[k])
+    optimum = jnp.sum(weights * h * measured / sigma**2) / denominator
+    representable = True if scale == "lin" else optimum > 0  # a log scale needs s > 0
+    value = to_scaled_values(jnp.where(representable, optimum, natural), scale)
     value = jnp.clip(value, tables.lower[k], tables.upper[k])
-    ok = jnp.isfinite(value) & (natural != 0) & (denominator > 0) & jnp.all(jnp.isfinite(sigma))
+    ok = representable & jnp.isfinite(value) & (natural != 0) & (denominator > 0)
+    ok = ok & jnp.all(jnp.isfinite(sigma))
     value = jnp.where(ok, value, x[k])
-    new_natural = {"lin": value, "log": jnp.exp(value), "log10": 10.0**value}[scale]
+    new_natural = to_natural_values(value, scale)
     new_scaled = jnp.where(weights > 0, (measured - new_natural * h) / sigma, scaled)
     return x.at[k].set(value), jnp.where(ok, new_scaled, scaled)
 

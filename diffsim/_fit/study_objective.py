@@ -255,9 +255,7 @@ def _prior_terms(problem, theta, dtype):
     for i, name in enumerate(problem.names):
         unknown = problem.unknowns[name]
         if unknown.prior is not None:
-            x = theta[i]
-            if unknown.prior_on_scale:
-                x = {"lin": x, "log": jnp.log(x), "log10": jnp.log10(x)}[unknown.scale]
+            x = to_scaled_values(theta[i], unknown.scale) if unknown.prior_on_scale else theta[i]
             terms.append(-jnp.asarray(unknown.prior.log_prob(x), dtype))
     return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
 

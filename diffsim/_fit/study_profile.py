@@ -12,7 +12,7 @@ from . import bounded_lm
 from .optimize import FIT_RESULTS
 from .profile import _crossing, Profile, profile as _profile_of_fit
 from .refit import FitBatch, refit as _refit_of_fit
-from .study_fit import _inverse, _noise_refinement, ProblemFit
+from .study_fit import _closed_form_refinement, _inverse, ProblemFit
 from .study_objective import (
     fisher_residuals,
     natural_on_host,
@@ -150,7 +150,7 @@ def _fit_within(problem, start, lower, upper, measured=None):
         max_steps=512,
         rtol=1e-8,
         atol=1e-10,
-        refine=(_noise_refinement(problem, measured) if tables.noise or tables.scalings else None),
+        refine=_closed_form_refinement(problem, measured),
     )
 
 

@@ -479,21 +479,24 @@ def _prior(row) -> tuple:
             f"objectivePriorType {kind} needs objectivePriorParameters 'a;b' (two numbers), "
             f"got {text!r}"
         )
-    a, b = values
-    laplace_exp = lambda: dist.TransformedDistribution(  # noqa: E731
-        dist.Laplace(a, b), dist.transforms.ExpTransform()
-    )
-    kinds = {
-        "uniform": (lambda: dist.Uniform(a, b), False),
-        "normal": (lambda: dist.Normal(a, b), False),
-        "laplace": (lambda: dist.Laplace(a, b), False),
-        "logNormal": (lambda: dist.LogNormal(a, b), False),
-        "logLaplace": (laplace_exp, False),
-        "parameterScaleUniform": (lambda: dist.Uniform(a, b), True),
-        "parameterScaleNormal": (lambda: dist.Normal(a, b), True),
-        "parameterScaleLaplace": (lambda: dist.Laplace(a, b), True),
+    kinds = {  # kind: (distribution of (a, b), of the value on its scale)
+        "uniform": (dist.Uniform, False),
+        "normal": (dist.Normal, False),
+        "laplace": (dist.Laplace, False),
+        "logNormal": (dist.LogNormal, False),
+        "logLaplace": (_log_laplace, False),
+        "parameterScaleUniform": (dist.Uniform, True),
+        "parameterScaleNormal": (dist.Normal, True),
+        "parameterScaleLaplace": (dist.Laplace, True),
     }
     if kind not in kinds:
         raise PetabError(f"objectivePriorType {kind!r} is not one of {sorted(kinds)}")
-    make, on_scale = kinds[kind]
-    return make(), on_scale
+    distribution, on_scale = kinds[kind]
+    return distribution(*values), on_scale
+
+
+def _log_laplace(a, b):
+    """log x ~ Laplace(a, b) (numpyro has no LogLaplace)."""
+    import numpyro.distributions as dist
+
+    return dist.TransformedDistribution(dist.Laplace(a, b), dist.transforms.ExpTransform())
