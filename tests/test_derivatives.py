@@ -313,11 +313,12 @@ def test_sensitivity_errors_and_mode_choice():
     np.testing.assert_allclose(ds.jacobian(fn, x), ds.jacobian(fn, x, mode="forward"), rtol=1e-14)
 
 
-def test_jacobian_rule_agrees_with_diffrax_direct_adjoint(monkeypatch):
-    """Adaptive solves are differentiated by their forward-mode Jacobian (the lean loop for
-    Tsit5); with step sizes held fixed as diffrax holds them, that is the derivative
-    diffrax's DirectAdjoint gives, in every order, to round-off."""
-    from diffsim._integrate import adaptive
+def test_reverse_pass_rule_agrees_with_the_jacobian_rule_in_every_order(monkeypatch):
+    """Adaptive solves with few inputs are differentiated by their forward-mode Jacobian (the
+    lean loop for Tsit5), with many by a checkpointed reverse pass (its primal and transpose)
+    and, for second order, a bounded loop (forward over reverse). Both hold the step sizes
+    fixed, so the gradient and the Hessian agree to round-off."""
+    from diffsim._integrate import loop_derivatives
 
     y0, ts = jnp.array([1.0, 0.0]), jnp.linspace(0.0, 10.0, 11)
 
@@ -337,10 +338,97 @@ def test_jacobian_rule_agrees_with_diffrax_direct_adjoint(monkeypatch):
 
     p = jnp.array([1.0, 9.81, 0.1])
     grad, hessian = grad_and_hessian(p, 100_000)
-    # another max_steps: a new trace, which takes the fallback (no compiled program is reused)
-    monkeypatch.setattr(adaptive, "JACOBIAN_INPUTS", 0)
+    # another max_steps: a new trace, which takes the reverse pass (no program is reused)
+    monkeypatch.setattr(loop_derivatives, "JACOBIAN_INPUTS", 0)
     grad_direct, hessian_direct = grad_and_hessian(p, 99_999)
     np.testing.assert_allclose(grad, grad_direct, rtol=1e-10)
     np.testing.assert_allclose(
         hessian, hessian_direct, rtol=1e-10, atol=1e-10 * jnp.abs(hessian).max()
     )
+
+
+def _neural_loss(solver, **options):
+    """A loss of a model with 41 parameters (a damped oscillator whose damping passes through
+    40 weights), above the count where the default rule switches to a reverse pass."""
+    y0, ts = jnp.array([1.0, 0.5]), jnp.linspace(0.0, 5.0, 11)
+
+    def field(t, y, w):
+        return jnp.stack([y[1], -w[0] * y[0] - jnp.tanh(w[1:] @ jnp.linspace(0.0, 1.0, 40)) * y[1]])
+
+    def loss(w):
+        ys = ds.simulate(ds.ODE(field, w), y0, ts, solver=solver, **options).ys
+        return jnp.sum(ys**2)
+
+    return loss
+
+
+WEIGHTS = jnp.concatenate([jnp.array([2.0]), 0.01 * jnp.arange(40.0)])
+
+MANY_INPUT_CASES = {
+    "Tsit5": dict(solver=ds.Tsit5(rtol=1e-9, atol=1e-9)),  # the lean loop
+    "Rodas5P": dict(solver=ds.Rodas5P(rtol=1e-9, atol=1e-9)),  # the Rosenbrock loop
+    # events in the explicit pairs' loop: a reset when x crosses 0.5 downwards
+    "Dopri5 + event": dict(
+        solver=ds.Dopri5(rtol=1e-9, atol=1e-9),
+        events=ds.Event(lambda t, y: y[0] - 0.5, direction=-1, reset=lambda t, y: y * 0.9),
+    ),
+    "Kvaerno5 (diffrax's loop)": dict(solver=ds.Kvaerno5(rtol=1e-8, atol=1e-8)),
+}
+
+
+@pytest.mark.parametrize("case", MANY_INPUT_CASES, ids=str)
+def test_many_inputs_reverse_pass_against_the_jacobian_rule_and_finite_differences(
+    case, monkeypatch
+):
+    """41 inputs: the gradient by the checkpointed reverse pass equals the forward-mode
+    Jacobian's (the same steps, round-off apart) and central differences (whose steps move
+    with the inputs: agreement to the tolerance's order); under vmap, members that finish at
+    different steps keep their own gradients (a finished member's discarded step must not
+    leak NaN into the reverse pass)."""
+    from diffsim._integrate import loop_derivatives
+
+    loss = _neural_loss(**MANY_INPUT_CASES[case])
+    grad = jax.jit(jax.grad(loss))(WEIGHTS)
+    batch = jnp.stack([WEIGHTS, WEIGHTS * 1.1])
+    batched = jax.jit(jax.vmap(jax.grad(loss)))(batch)
+    monkeypatch.setattr(loop_derivatives, "JACOBIAN_INPUTS", 1_000)
+    jacobian_rule = jax.jit(jax.grad(loss))(WEIGHTS)
+    np.testing.assert_allclose(grad, jacobian_rule, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(batched[0], jacobian_rule, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(batched[1], jax.grad(loss)(batch[1]), rtol=1e-9, atol=1e-12)
+    # the weights shared by a batch (as a ds.Problem's experiments share them): the gradient of
+    # the batch's sum is the sum of the members' gradients
+    scales = jnp.array([1.0, 1.1])
+    shared = jax.jit(jax.grad(lambda w: jnp.sum(jax.vmap(lambda c: loss(w * c))(scales))))
+    np.testing.assert_allclose(
+        shared(WEIGHTS), batched[0] + 1.1 * batched[1], rtol=1e-9, atol=1e-12
+    )
+    direction = jnp.cos(jnp.arange(41.0))
+    h = 1e-5
+    difference = (loss(WEIGHTS + h * direction) - loss(WEIGHTS - h * direction)) / (2 * h)
+    np.testing.assert_allclose(grad @ direction, difference, rtol=1e-5)
+
+
+def test_reverse_pass_memory_does_not_grow_with_the_steps():
+    """The reverse pass keeps O(√max_steps) checkpoints, not every step: ten times the steps
+    (ten times the interval) needs at most 3× the compiled program's temporary memory."""
+
+    def temp_bytes(t1):
+        y0, ts = jnp.ones(2), jnp.linspace(0.0, t1, 11)
+
+        def loss(w):
+            field = lambda t, y, w: jnp.stack([y[1], -w[0] * y[0] - w[1:].sum() * 1e-3 * y[1]])  # noqa: E731
+            return ds.simulate(ds.ODE(field, w), y0, ts, solver=ds.Tsit5()).ys.sum()
+
+        compiled = jax.jit(jax.grad(loss)).lower(WEIGHTS).compile()
+        steps = ds.simulate(
+            ds.ODE(lambda t, y, w: jnp.stack([y[1], -w[0] * y[0]]), WEIGHTS),
+            y0,
+            ts,
+            solver=ds.Tsit5(),
+        ).stats["num_steps"]
+        return compiled.memory_analysis().temp_size_in_bytes, int(steps)
+
+    (short, steps_short), (long, steps_long) = temp_bytes(10.0), temp_bytes(100.0)
+    assert steps_long >= 8 * steps_short  # the premise: about ten times the steps
+    assert long <= 3 * short

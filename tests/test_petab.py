@@ -229,3 +229,44 @@ def test_formulas_follow_petab_math():
             continue
         value = float(compile_expression(formula, text)({}))
         assert value == pytest.approx(float(expected), rel=1e-12, abs=1e-15), text
+
+
+SCIML = ROOT / "experiments" / "data" / "petab-sciml"
+
+
+@pytest.mark.parametrize(
+    "name, part",
+    [(n, p) for n in ("Dandekar_Patterns2020", "Ko_NeurIPS2023") for p in ("train", "validation")],
+)
+def test_petab_sciml_log_likelihoods_at_the_given_weights(name, part):
+    """PEtab-SciML (v2 with the sciml extension): the SBML model with its parameters replaced
+    by the network (weights from the HDF5 file) reproduces the collection's expected
+    log-likelihood to 1e-6 relative (the issue's target; measured ~1e-8, the solver's
+    tolerance)."""
+    import yaml
+
+    folder = SCIML / name
+    problem = ds.petab.load(folder / f"{part}_{name}.yaml")
+    expected = yaml.safe_load((folder / f"expected_{name}.yaml").read_text())["llh"]
+    reference = expected["training" if part == "train" else "validation"]
+    assert problem.llh() == pytest.approx(reference, rel=1e-6)
+
+
+def test_petab_sciml_refuses_what_it_cannot_read(tmp_path):
+    """A network layer diffsim does not read, and a hybridization output that names no
+    network, are refused naming the file and the entry."""
+    import shutil
+
+    folder = tmp_path / "problem"
+    shutil.copytree(SCIML / "Dandekar_Patterns2020", folder)
+    yaml_file = folder / "train_Dandekar_Patterns2020.yaml"
+    net = folder / "net1_Dandekar_Patterns2020.yaml"
+    original = net.read_text()
+    net.write_text(original.replace("layer_type: Linear", "layer_type: Conv2d", 1))
+    with pytest.raises(ValueError, match=r"layer 'layer1' is a 'Conv2d'.*Linear layers"):
+        ds.petab.load(yaml_file)
+    net.write_text(original)
+    table = folder / "hybridization_Dandekar_Patterns2020.tsv"
+    table.write_text(table.read_text().replace("net1_output1", "net2_output1"))
+    with pytest.raises(ValueError, match=r"hybridization of quarantine_rate.*no network output"):
+        ds.petab.load(yaml_file)

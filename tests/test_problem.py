@@ -271,8 +271,11 @@ def test_bad_studies_are_refused_with_what_to_do():
         ds.Unknown(20.0, bounds=(0, 10))
     with pytest.raises(ValueError, match="noise=.*must be one of"):
         ds.Observable(lambda t, y, p: y[0], noise="gaussian")
-    with pytest.raises(ValueError, match="no unknown is estimated"):
-        problem(unknowns={"sigma": ds.Unknown(0.1, estimate=False)})
+    # a problem that estimates nothing evaluates (its llh at the values given) but fits nothing
+    fixed = problem(unknowns={"sigma": ds.Unknown(0.1, estimate=False)})
+    assert np.isfinite(fixed.llh())
+    with pytest.raises(ValueError, match="ds.fit: no unknown of the problem is estimated"):
+        ds.fit(fixed)
     with pytest.raises(TypeError, match=r"ds.fit\(problem\) takes its model, data.*\['y0'\]"):
         ds.fit(problem(), jnp.ones(1))
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._events import Event
-from .._integrate.adaptive import JACOBIAN_INPUTS
+from .._integrate.loop_derivatives import JACOBIAN_INPUTS
 from .._integrate.simulate import simulate
 from .._integrate.steady_state import steady_state
 from .._integrate.time_grid import plan_fixed_steps
@@ -173,8 +173,8 @@ class Problem(eqx.Module):
         dt = None if steps_per_save is not None else self.dt
         options = {}
         # The default adjoint takes forward-mode derivatives of up to JACOBIAN_INPUTS inputs
-        # through the solve's own loop (the lean one for explicit Runge–Kutta pairs); beyond
-        # that it would run diffrax's DirectAdjoint, slower than ForwardMode when only forward
+        # through the solve's own loop; beyond that it prepares for a reverse pass (a primal
+        # solve, then the tangent's), which ForwardMode's one pass beats when only forward
         # mode is asked for
         many = self.layout.size > JACOBIAN_INPUTS
         if self.forward_only and self.solver.adaptive and many:

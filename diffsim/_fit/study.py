@@ -384,6 +384,25 @@ class Problem:
         unknowns; the others at their `value`), without the priors."""
         return float(self._evaluate(params)[0])
 
+    def log_likelihood(self, theta=None, *, model=None):
+        """The log-likelihood as a JAX scalar that `jax.grad` and `jax.jit` go through: at
+        `theta` (natural values of the estimated unknowns in `problem.names` order, shape
+        (len(names),); default: their values), with `model` in place of `problem.model` (the
+        same structure with other values: a hybrid model's trained network). Without priors.
+        For training a network inside the model (docs/howto/hybrid-models.md); `llh` gives the
+        same number on the host."""
+        from .study_objective import negative_log_likelihood
+
+        if theta is None:
+            theta = self._theta_array(None)
+        theta = jnp.asarray(theta)
+        if theta.shape != (len(self.names),):
+            raise ValueError(
+                f"theta must have shape ({len(self.names)},), one natural value per estimated "
+                f"unknown {list(self.names)}, got {theta.shape}"
+            )
+        return -negative_log_likelihood(self, theta, model=model)[0]
+
     def log_posterior(self, params: Mapping | None = None) -> float:
         """The log-likelihood plus the log-priors (unnormalised)."""
         llh, log_prior = self._evaluate(params)
@@ -462,9 +481,17 @@ def _checked_unknowns(unknowns) -> dict[str, Unknown]:
         if not isinstance(unknown, Unknown):
             raise TypeError(f"unknowns[{name!r}] must be a ds.Unknown or a number, got {unknown!r}")
         out[str(name)] = unknown
-    if not any(u.estimate for u in out.values()):
-        raise ValueError("no unknown is estimated: nothing to fit (estimate=True on at least one)")
     return out
+
+
+def require_estimated(problem: "Problem", call: str) -> None:
+    """Refuse `call` (ds.fit, ds.profile, ds.sample) on a problem that estimates nothing; such
+    a problem still evaluates (`llh`, `predictions`) at the values it is given."""
+    if not any(u.estimate for u in problem.unknowns.values()):
+        raise ValueError(
+            f"{call}: no unknown of the problem is estimated: nothing to fit (estimate=True on "
+            "at least one)"
+        )
 
 
 # --- measurements in long form -------------------------------------------------------------------
@@ -550,6 +577,8 @@ class ParameterTable:
 
     def values(self, theta):
         """(rows, parameters) values for natural θ (traced)."""
+        if theta.shape[0] == 0:  # a problem that estimates nothing: every value is constant
+            return jnp.asarray(self.constant, theta.dtype)
         picked = theta[jnp.asarray(self.index)]
         return jnp.where(
             jnp.asarray(self.kind) == ESTIMATED, picked, self.constant.astype(theta.dtype)

@@ -29,7 +29,7 @@ from .._warn import warn
 from . import bounded_lm, optimize as opt, study_plot
 from .data import FitWarning
 from .optimize import FIT_RESULTS
-from .study import Problem
+from .study import Problem, require_estimated
 from .study_objective import (
     fisher_residuals,
     natural_on_host,
@@ -213,6 +213,7 @@ def fit_problem(
     start_time = time.perf_counter()
     if not isinstance(problem, Problem):
         raise TypeError(f"expected a ds.Problem, got {type(problem).__name__}")
+    require_estimated(problem, "ds.fit")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     laplace = any(o.laplace for o in problem.observables.values())

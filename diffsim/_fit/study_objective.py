@@ -29,10 +29,10 @@ RESIDUAL_OFFSET = 40.0
 # --- a study's parameters ------------------------------------------------------------------
 
 
-def simulation_model(problem, values):
-    """The model with its parameters set from `values` (one entry per parameter name; the
-    extras are ignored)."""
-    model = problem.model
+def simulation_model(problem, values, model=None):
+    """The model (`problem.model` unless given) with its parameters set from `values` (one
+    entry per parameter name; the extras are ignored)."""
+    model = problem.model if model is None else model
     names = list(problem.model_parameters)
     if not names:
         return model
@@ -112,7 +112,7 @@ def u_from_scaled(theta_scaled, tables):
 # --- simulations and measurements -------------------------------------------------------------
 
 
-def _simulate_group(problem, group, theta, dtype):
+def _simulate_group(problem, group, theta, dtype, base=None):
     """States at the group's output times, (members, times, n); NaN for a member whose
     simulation (or pre-equilibration) failed."""
     settings = group.settings.values(theta)
@@ -127,11 +127,11 @@ def _simulate_group(problem, group, theta, dtype):
         return jnp.asarray(group.y0_fn(parameters_dict(problem, values)), dtype)
 
     def member(values, pre_values, y0, times, anew):
-        model = simulation_model(problem, values)
+        model = simulation_model(problem, values, base)
         start = initial(values, y0)
         if pre_values is not None:
             rest = steady_state(
-                simulation_model(problem, pre_values),
+                simulation_model(problem, pre_values, base),
                 initial(pre_values, y0),
                 t0=times[0],
                 throw=False,
@@ -158,12 +158,13 @@ def _simulate_group(problem, group, theta, dtype):
     return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts, reset)
 
 
-def row_states(problem, theta, dtype):
-    """The state at every measurement, (measurements, n), in the study's row order."""
+def row_states(problem, theta, dtype, model=None):
+    """The state at every measurement, (measurements, n), in the study's row order; `model`
+    in place of `problem.model` when given."""
     tables = problem.tables
     pieces, order = [], []
     for group in tables.groups:
-        states = _simulate_group(problem, group, theta, dtype)
+        states = _simulate_group(problem, group, theta, dtype, model)
         pieces.append(states[jnp.asarray(group.row_member), jnp.asarray(group.row_time)])
         order.append(group.rows)
     stacked = jnp.concatenate(pieces)
@@ -260,11 +261,11 @@ def _prior_terms(problem, theta, dtype):
     return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
 
 
-def negative_log_likelihood(problem, theta, measured=None):
+def negative_log_likelihood(problem, theta, measured=None, model=None):
     """(NLL of the measurements, −log-prior) at natural θ (traced); `measured` replaces the
-    study's values (same rows)."""
+    study's values (same rows), `model` the problem's model (the same structure)."""
     dtype = theta.dtype
-    states = row_states(problem, theta, dtype)
+    states = row_states(problem, theta, dtype, model)
     predictions, sigmas = observe(problem, theta, states, dtype)
     _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype, measured)
     return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))

@@ -25,7 +25,7 @@ from . import nuts
 from .data import FitWarning
 from .libraries import third_party_promotion
 from .posterior import Posterior, PosteriorSettings
-from .study import Problem
+from .study import Problem, require_estimated
 from .study_fit import fit_problem, ProblemFit
 from .study_objective import (
     negative_log_likelihood,
@@ -49,6 +49,7 @@ def sample_problem(
     """See `ds.sample`: the posterior of `problem`'s estimated unknowns (natural values in
     `Posterior.samples`, one array (chains, draws) per unknown)."""
     start_time = time.perf_counter()
+    require_estimated(problem, "ds.sample")
     if key is None:
         raise ValueError(
             "ds.sample needs key=jax.random.key(seed): the draws are random, and an explicit "

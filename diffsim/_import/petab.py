@@ -42,6 +42,8 @@ import numpy as np
 from .._fit.study import Experiment, Observable, Problem, Unknown
 from .._validate import user_path
 from .expressions import compile_expression, ExpressionError, parse_formula
+from .petab_sciml import is_sciml, read as read_sciml
+from .petab_tables import concat_tables, PetabError, read_table
 from .sbml import load as load_sbml, SBMLModel
 
 _SET = "set:"  # the parameter that says whether a condition sets a species' initial value
@@ -53,11 +55,6 @@ _NOISE = {
     ("log", "laplace"): "log-laplace",
     ("log10", "laplace"): "log10-laplace",
 }
-
-
-class PetabError(ValueError):
-    """A PEtab problem that cannot be read (the message names the file, the table and the
-    row or column)."""
 
 
 def load(path, *, solver=None) -> Problem:
@@ -79,6 +76,8 @@ def load(path, *, solver=None) -> Problem:
     if not isinstance(config, Mapping):
         raise PetabError(f"{path} is not a PEtab problem file (a YAML mapping)")
     version = str(config.get("format_version", ""))
+    if version.startswith("2") and is_sciml(config):
+        return _load_sciml(path, config, solver)
     if not version.startswith("1"):
         raise PetabError(
             f"{path}: format_version {version!r}; diffsim reads PEtab v1 problems (v2 is not "
@@ -100,13 +99,15 @@ def load(path, *, solver=None) -> Problem:
 
     (sbml_file,) = _single(files("sbml_files"), path, "sbml_files")
     model = load_sbml(sbml_file)
-    parameters = _table(folder / config.get("parameter_file", ""), path, "parameter_file")
-    conditions = _concat([_table(f, path, "condition_files") for f in files("condition_files")])
-    measurements = _concat(
-        [_table(f, path, "measurement_files") for f in files("measurement_files")]
+    parameters = read_table(folder / config.get("parameter_file", ""), path, "parameter_file")
+    conditions = concat_tables(
+        [read_table(f, path, "condition_files") for f in files("condition_files")]
     )
-    observable_table = _concat(
-        [_table(f, path, "observable_files") for f in files("observable_files")]
+    measurements = concat_tables(
+        [read_table(f, path, "measurement_files") for f in files("measurement_files")]
+    )
+    observable_table = concat_tables(
+        [read_table(f, path, "observable_files") for f in files("observable_files")]
     )
     builder = _Builder(path, model, parameters, conditions, measurements, observable_table)
     problem = builder.problem(solver)
@@ -154,23 +155,6 @@ def _single(items, path, key):
     return items
 
 
-def _table(file: Path, path, key):
-    import pandas as pd
-
-    if not file.is_file():
-        raise PetabError(f"{path}: {key} names {file.name}, which does not exist")
-    try:
-        return pd.read_csv(file, sep="\t", dtype=str, keep_default_na=False)
-    except (OSError, ValueError, pd.errors.ParserError) as error:
-        raise PetabError(f"{file} is not a tab-separated table: {error}") from None
-
-
-def _concat(tables):
-    import pandas as pd
-
-    return pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-
-
 def _number(text):
     """A cell as a float, or None when it is not a number (a parameter's id); NaN for an
     empty cell or 'nan'."""
@@ -181,6 +165,21 @@ def _number(text):
         return float(text)
     except ValueError:
         return None
+
+
+def _load_sciml(path: Path, config: Mapping, solver) -> Problem:
+    """A PEtab-SciML problem (`petab_sciml`): its tables in v1's shape, read as v1's."""
+    model, parameters, conditions, measurements, observables, files = read_sciml(path, config)
+    builder = _Builder(path, model, parameters, conditions, measurements, observables)
+    problem = builder.problem(solver)
+    problem.source = dict(
+        petab=str(path),
+        files=files,
+        measurement_order=builder.order,
+        measurements=measurements,
+        initialization_priors={},
+    )
+    return problem
 
 
 class _Builder:

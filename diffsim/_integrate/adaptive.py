@@ -9,6 +9,7 @@ count (one per event that can restart the integration, plus one), so the diffrax
 compiled once.
 """
 
+import functools as ft
 from typing import NamedTuple
 
 import diffrax
@@ -29,7 +30,7 @@ from .adaptive_loop import run_any_order, solved
 from .common import events_solved, leading_mask, plain_solved, scale_of_times
 from .erk_loop import ExplicitPair, solve_erk
 from .families import Solved, SolveRequest, solves
-from .forward_jacobian import count_inputs, jvp_by_jacobian
+from .loop_derivatives import loop_jvp
 from .step_control import check_adaptive_request, prepare
 
 
@@ -377,23 +378,16 @@ def _diffeqsolve(
     )
 
 
-# Up to this many differentiated inputs (model parameters, initial state, ...) the derivative of
-# a default adaptive solve is its Jacobian, carried by forward mode through the solve's own
-# loop; above it the solve falls back to diffrax's DirectAdjoint (see `_jvp_by_jacobian`). The
-# Jacobian's cost grows with the inputs (one tangent each) while a reverse pass does not: 32
-# keeps fits and parameter studies (a few to a few tens of unknowns) on the Jacobian; many
-# inputs (a neural vector field) are better served by adjoint="checkpoint".
-JACOBIAN_INPUTS = 32
-
-
 @eqx.filter_custom_jvp
 def _diffeqsolve_any_order(
     model, y0, ts, controls, span, conditions, *, inner, max_steps, directions
 ):
     """The default adaptive solve, differentiable in every mode (`jax.jvp`, `jax.jacfwd`,
     `jax.grad`, `jax.jacrev`, `jax.hessian`). Explicit Runge–Kutta solves without events run
-    the lean loop of `erk_loop`; the others diffrax's loop. The derivative rule below."""
+    the lean loop of `erk_loop`; the others diffrax's loop. The derivative rule is
+    `loop_derivatives`'."""
     return _solve_plain(
+        "lax",
         model,
         y0,
         ts,
@@ -403,45 +397,49 @@ def _diffeqsolve_any_order(
         inner=inner,
         max_steps=max_steps,
         directions=directions,
-        adjoint=diffrax.RecursiveCheckpointAdjoint(),
     )
 
 
-def _solve_plain(model, y0, ts, controls, span, conditions, **options):
-    """One solve as a `_Segment`: the lean loop where it applies (an explicit pair, no events),
-    else diffrax's `diffeqsolve` with `options` (`inner`, `max_steps`, `adjoint`,
-    `directions`)."""
+# a loop kind of `step_control.step_loop` as the diffrax adjoint that runs diffrax's loop so
+_ADJOINT_OF_KIND = {
+    "lax": diffrax.ForwardMode,
+    "checkpointed": diffrax.RecursiveCheckpointAdjoint,
+    "bounded": diffrax.DirectAdjoint,
+}
+
+
+def _solve_plain(kind, model, y0, ts, controls, span, conditions, **options):
+    """One solve as a `_Segment`, its loop run as `kind` (`step_control.step_loop`): the lean
+    loop where it applies (an explicit pair, no events), else diffrax's `diffeqsolve` with
+    `options` (`inner`, `max_steps`, `directions`) and the adjoint that runs its loop so."""
     inner = options["inner"]
     if conditions is None and span is None and is_plain_explicit_pair(inner):
         segment = solve_erk(
-            inner, model.vector_field, y0, ts, controls, max_steps=options["max_steps"]
+            inner,
+            model.vector_field,
+            y0,
+            ts,
+            controls,
+            max_steps=options["max_steps"],
+            kind=kind,
         )
         return _Segment(*segment)
-    return _diffeqsolve(model, y0, ts, controls, span, conditions, **options)
+    adjoint = _ADJOINT_OF_KIND[kind]()
+    return _diffeqsolve(model, y0, ts, controls, span, conditions, adjoint=adjoint, **options)
 
 
 @_diffeqsolve_any_order.def_jvp
 def _diffeqsolve_any_order_jvp(primals, tangents, *, inner, max_steps, directions):
+    """The tangent by `loop_derivatives.loop_jvp`: the forward-mode Jacobian of the loop for
+    few inputs, a checkpointed reverse pass for many."""
     options = dict(inner=inner, max_steps=max_steps, directions=directions)
-    if count_inputs(tangents) <= JACOBIAN_INPUTS:
-        return _jvp_by_jacobian(primals, tangents, **options)
 
-    def solve(*args):
-        return _diffeqsolve(*args, adjoint=diffrax.DirectAdjoint(), **options)
-
-    return eqx.filter_jvp(solve, primals, tangents)
-
-
-def _jvp_by_jacobian(primals, tangents, **options):
-    """The tangent of the solve as J·t (`forward_jacobian.jvp_by_jacobian`), the Jacobian
-    carried by forward mode through the solve's own loop (diffrax's `ForwardMode` for the
-    solves that run in diffrax)."""
-
-    def solve(*args):
-        segment = _solve_plain(*args, adjoint=diffrax.ForwardMode(), **options)
+    def solve(kind, *args):
+        segment = _solve_plain(kind, *args, **options)
         return (segment.ys, segment.t_final, segment.y_final), segment
 
-    segment, (ys_t, t_final_t, y_final_t) = jvp_by_jacobian(solve, primals, tangents)
+    any_order = ft.partial(_diffeqsolve_any_order, **options)
+    segment, (ys_t, t_final_t, y_final_t) = loop_jvp(solve, any_order, primals, tangents)
     tangent = _Segment(
         ys=ys_t,
         code=None,

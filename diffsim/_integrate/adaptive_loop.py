@@ -11,6 +11,7 @@ forward-mode Jacobian of the loop (`run_any_order`, `forward_jacobian`); the ste
 fixed, event times carry their derivatives (`event_loop.locate`).
 """
 
+import functools as ft
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -28,6 +29,7 @@ from .dense import DenseOutput, empty_pieces, sample_step
 from .event_loop import locate
 from .families import Solved
 from .forward_jacobian import jvp_by_jacobian
+from .loop_derivatives import loop_jvp
 from .step_control import (
     advance_time,
     Controls,
@@ -116,10 +118,12 @@ def run(
     *,
     max_steps: int,
     dense: bool = False,
+    kind: str = "lax",
 ) -> Out:
     """Solve from y0 at ts[0] to ts[-1] with `stepper`, saving at every time in ts, with the
     step-size `controls` and `events` (a tuple of `ds.Event`, or None); with `dense`, every
-    accepted step's interpolant is kept (`dense.DenseOutput`)."""
+    accepted step's interpolant is kept (`dense.DenseOutput`). `kind`: the loop's, as
+    `step_control.step_loop` takes it (which derivatives it supports)."""
     dtype = ts.dtype
     t0, t1 = ts[0], ts[-1]
     table = None if events is None else EventTable(events)
@@ -142,9 +146,18 @@ def run(
             t_out = jnp.minimum(t_out, breaks[jnp.searchsorted(breaks, t_reached, side="right")])
         return t_out, end_floor(t_out)
 
+    def going(state: _State):
+        steps = state.accepted + state.rejected
+        more = unfinished(state.t, t1, steps, max_steps, state.code)
+        return more if state.done is None else more & ~state.done
+
     def step(state: _State) -> _State:
         t, t_next, y, code = state.t, state.t_next, state.y, state.code
-        h = t_next - t
+        # Under `jax.vmap` a member that has finished still runs the body (its result is
+        # discarded), with t_next = t: a step of zero length divides by zero (an FSAL pair's
+        # last stage, a Rosenbrock matrix) and a reverse pass multiplies the discarded inf by
+        # a zero cotangent, NaN for every member. It attempts a short harmless step instead.
+        h = jnp.where(going(state), t_next - t, jnp.sqrt(jnp.finfo(dtype).eps) * (1 + jnp.abs(t)))
         if delayed:  # the model as this step sees it: its past read from the buffers
             view = _history_view(state.pieces, y0, state.accepted)
             present = stepper.present(view, t, t_next)
@@ -159,7 +172,7 @@ def run(
         keep, dt, code = next_step(t, t_next, ratio, stepper.error_order, controls, code)
         if table is None:
             saved, ys = save_dense(
-                ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate
+                ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate, kind
             )
             t_reached = jnp.where(keep, t_next, t)
             t_new, t_next_new = advance_time(keep, t, t_next, dt, *target(saved, t_reached))
@@ -171,7 +184,7 @@ def run(
             )
             code = found.code
             saved, ys = save_dense(
-                ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate
+                ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate, kind
             )
             t_reached = jnp.where(keep, found.t_end, t)
             t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *target(saved, t_reached))
@@ -196,11 +209,6 @@ def run(
             **extra,
         )
 
-    def going(state: _State):
-        steps = state.accepted + state.rejected
-        more = unfinished(state.t, t1, steps, max_steps, state.code)
-        return more if state.done is None else more & ~state.done
-
     zero = jnp.array(0, jnp.int32)
     init = _State(
         t=t0,
@@ -221,7 +229,8 @@ def run(
         init = init._replace(
             ys=ys, code=code0, g=g0, records=Records.empty(events, y0, dtype), done=untracked
         )
-    final = step_loop(going, step, init, buffers=lambda state: (state.ys, state.pieces))
+    buffers = lambda state: (state.ys, state.pieces)  # noqa: E731
+    final = step_loop(going, step, init, buffers, kind=kind, max_steps=max_steps)
     pieces = None if not dense else DenseOutput(*final.pieces, final.accepted)
     if table is None:
         code = final_code(final.t, t1, final.code)
@@ -278,15 +287,23 @@ def run_any_order(
 
 @run_any_order.def_jvp
 def _run_any_order_jvp(primals, tangents, *, max_steps, dense=False):
-    def solve(*args):
+    def solve(kind, *args):
         method, model, y0 = args[:3]
         stepper = method.stepper(model, y0)
-        out = run(stepper, model, y0, *args[3:], max_steps=max_steps, dense=dense)
+        out = run(stepper, model, y0, *args[3:], max_steps=max_steps, dense=dense, kind=kind)
         times = None if out.records is None else (out.records.times, out.records.states)
         pieces = None if out.dense is None else (out.dense.knots, out.dense.coeffs)
         return (out.ys, times, pieces), out
 
-    out, (ys_tangent, times_tangent, pieces_tangent) = jvp_by_jacobian(solve, primals, tangents)
+    method, model, y0 = primals[:3]
+    if hasattr(method.stepper(model, y0), "with_history"):
+        # a delay equation reads its past from the loop's buffers, which a checkpointed
+        # loop only writes: always the forward Jacobian
+        out, tangent = jvp_by_jacobian(ft.partial(solve, "lax"), primals, tangents)
+    else:
+        any_order = ft.partial(run_any_order, max_steps=max_steps, dense=dense)
+        out, tangent = loop_jvp(solve, any_order, primals, tangents)
+    ys_tangent, times_tangent, pieces_tangent = tangent
     records = None
     if out.records is not None:
         records = Records(times=times_tangent[0], states=times_tangent[1], counts=None)

@@ -11,9 +11,9 @@ to t1, and the method's own dense output at the save times, so the two agree to 
 events it finds the earliest crossing of any condition in an accepted step on that dense output
 (diffrax takes the first condition in list order that changed sign). What it leaves out is
 what `simulate` does not use there: dense-output storage, progress meters, jumps, SDE terms and
-the checkpointed loop of reverse mode (reverse mode is the transpose of its forward-mode
-Jacobian). Under `jax.vmap` it runs several times faster than diffrax's loop
-(docs/performance.md, "Lorenz ensemble, adaptive Tsit5 under vmap").
+diffrax's adjoints (`loop_derivatives` gives its derivative rule). Under `jax.vmap` it runs
+several times faster than diffrax's loop (docs/performance.md, "Lorenz ensemble, adaptive
+Tsit5 under vmap").
 """
 
 import diffrax
@@ -73,11 +73,15 @@ class _PairStepper:
         return Attempt(y1, error, evaluate, f_y1)
 
 
-def solve_erk(inner, vector_field, y0, ts, controls: Controls, *, max_steps: int):
+def solve_erk(
+    inner, vector_field, y0, ts, controls: Controls, *, max_steps: int, kind: str = "lax"
+):
     """Solve dy/dt = vector_field(t, y) from y0 at ts[0] without events, saving at every time
-    in ts, with the step-size `controls` (first step `controls.dt0`, see `initial_step`).
+    in ts, with the step-size `controls` (first step `controls.dt0`, see `initial_step`), the
+    loop run as `kind` (`step_control.step_loop`).
 
     Returns (ys, code, accepted, rejected), the fields of `adaptive._Segment`: `ys` (rows not
     reached hold inf, as diffrax's), `code` (a `RESULTS` value) and the step counts."""
-    out = run(_PairStepper(inner, vector_field), None, y0, ts, controls, None, max_steps=max_steps)
+    stepper = _PairStepper(inner, vector_field)
+    out = run(stepper, None, y0, ts, controls, None, max_steps=max_steps, kind=kind)
     return out.ys, out.code, out.accepted, out.rejected

@@ -211,11 +211,13 @@ def simulate(
     tangent J·t is transposed
     for reverse mode and differentiated again for second order, so every order works with the
     step sizes held fixed, as diffrax holds them (experiments/bench/gradients.py measures the
-    gradient against diffrax's default `RecursiveCheckpointAdjoint`). Above 32 inputs they run
-    through `diffrax.DirectAdjoint` (the Rosenbrock methods keep their Jacobian rule at any
-    number of inputs; its cost grows with them). `adjoint="checkpoint"` selects diffrax's
-    `RecursiveCheckpointAdjoint`, reverse mode only, the better choice for many inputs (a neural
-    vector field); forward mode then raises an error that names `adjoint="auto"`.
+    gradient against diffrax's default `RecursiveCheckpointAdjoint`). Above 32 inputs (a neural
+    vector field) reverse mode is a checkpointed reverse pass through the same loop (O(√max_steps)
+    checkpoints; diffrax's `RecursiveCheckpointAdjoint` for solves in diffrax's loop), forward
+    mode still runs forward, and second order differentiates a bounded loop (see
+    `_integrate/loop_derivatives.py`; experiments/bench/hybrid.py measures it).
+    `adjoint="checkpoint"` selects diffrax's `RecursiveCheckpointAdjoint` in diffrax's loop,
+    reverse mode only; forward mode then raises an error that names `adjoint="auto"`.
     """
     check_model("model", model)
     check_solver("solver", solver)

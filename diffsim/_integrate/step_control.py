@@ -137,10 +137,10 @@ def empty_outputs(y0, n: int):
     return jax.tree.map(lambda y: jnp.full((n,) + y.shape, jnp.inf, y.dtype).at[0].set(y), y0)
 
 
-def save_dense(ts, keep, t_next, y1, saved, ys, evaluate):
+def save_dense(ts, keep, t_next, y1, saved, ys, evaluate, kind: str = "lax"):
     """Write every save time that the accepted step ending at t_next passed, from the step's
     dense output `evaluate(t)` (y1 itself at t_next). Only the final time when len(ts) == 2:
-    no save loop to run or compile.
+    no save loop to run or compile. `kind` as `step_loop`'s.
 
     `ys` may be the loop's buffers (`step_loop`): they are only written, row by row, so that
     under `jax.vmap` a write touches one row rather than selecting the whole buffer."""
@@ -163,17 +163,35 @@ def save_dense(ts, keep, t_next, y1, saved, ys, evaluate):
         return index + 1, jax.tree.map(lambda v, buf: buf.at[index].set(v), value, ys)
 
     return eqxi.while_loop(
-        save_more, save, (saved, ys), max_steps=n, buffers=lambda carry: carry[1], kind="lax"
+        save_more,
+        save,
+        (saved, ys),
+        max_steps=n,
+        buffers=lambda carry: carry[1],
+        kind=kind,
+        checkpoints=n if kind == "checkpointed" else None,
     )
 
 
-def step_loop(going, step, init, buffers):
+def step_loop(going, step, init, buffers, *, kind: str = "lax", max_steps: int | None = None):
     """The loop of an adaptive solve: `lax.while_loop` semantics, with the output `buffers`
     (a function of the carry) written in place. Under `jax.vmap` a plain while loop selects
     its whole carry between old and new on every iteration (the predicate is batched), which
     made a solve with many save times quadratic in their number (5,120 members, 401 outputs:
-    5.0 s against 0.31 s); equinox's buffers are exempt from that selection."""
-    return eqxi.while_loop(going, step, init, buffers=buffers, kind="lax")
+    5.0 s against 0.31 s); equinox's buffers are exempt from that selection.
+
+    `kind` is equinox's: "lax" (differentiable forward), "checkpointed" (reverse, with
+    O(√max_steps) checkpoints: the memory of a reverse pass does not grow with the steps
+    taken) or "bounded" (both, nested scans over `max_steps`: second derivatives through a
+    reverse pass)."""
+    return eqxi.while_loop(
+        going,
+        step,
+        init,
+        buffers=buffers,
+        kind=kind,
+        max_steps=None if kind == "lax" else max_steps,
+    )
 
 
 def unfinished(t, t1, steps, max_steps: int, code):
