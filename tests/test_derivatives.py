@@ -392,7 +392,10 @@ def test_many_inputs_reverse_pass_against_the_jacobian_rule_and_finite_differenc
     batch = jnp.stack([WEIGHTS, WEIGHTS * 1.1])
     batched = jax.jit(jax.vmap(jax.grad(loss)))(batch)
     monkeypatch.setattr(loop_derivatives, "JACOBIAN_INPUTS", 1_000)
-    jacobian_rule = jax.jit(jax.grad(loss))(WEIGHTS)
+    # another max_steps: a new trace of the solve, which takes the Jacobian rule (the same
+    # max_steps would reuse the traced solve of the reverse pass)
+    options = {**MANY_INPUT_CASES[case], "max_steps": 99_999}
+    jacobian_rule = jax.jit(jax.grad(_neural_loss(**options)))(WEIGHTS)
     np.testing.assert_allclose(grad, jacobian_rule, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(batched[0], jacobian_rule, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(batched[1], jax.grad(loss)(batch[1]), rtol=1e-9, atol=1e-12)
