@@ -610,6 +610,11 @@ def test_params_by_name_reach_ode_dict_entries_and_nested_fields():
         ds.fit(ode, jnp.array([2.0]), (ts, ys), params=lambda name, value: False)
     with pytest.raises(ValueError, match="is not a floating-point parameter .* dict"):
         ds.fit(ode, jnp.array([2.0]), (ts, ys), params=["params"])
+    # a network inside the model: not a parameter ds.fit estimates; the message says how to
+    # train it
+    network = _Falling(eqx.nn.Linear(1, 1, key=jax.random.key(0)))
+    with pytest.raises(ValueError, match="is a Linear with 2 weights.*optax.*hybrid-models"):
+        ds.fit(network, jnp.array([2.0]), (ts, ys), params="drag")
 
 
 def test_fixed_step_fit_with_data_times_that_dt_does_not_divide():

@@ -466,9 +466,19 @@ def _select_params(model, params) -> tuple[list[str], dict]:
                 f"model with a guess for {name} to fit it"
             )
         if not (eqx.is_inexact_array(value) or isinstance(value, float)):
+            arrays = jax.tree.leaves(eqx.filter(value, eqx.is_inexact_array))
+            weights = sum(x.size for x in arrays)
+            if isinstance(value, eqx.Module) and weights:  # a network inside the model
+                raise ValueError(
+                    f"{type(model).__name__}.{name} is a {type(value).__name__} with {weights} "
+                    "weights: ds.fit estimates a model's few scalar parameters; train a "
+                    "network inside a model with jax.grad through ds.simulate and optax (see "
+                    "docs/howto/hybrid-models.md)"
+                )
             raise ValueError(
                 f"{type(model).__name__}.{name} is not a floating-point parameter (it holds "
-                f"{type(value).__name__}); its floating-point parameters: {', '.join(floating)}"
+                f"{type(value).__name__}); its floating-point parameters: "
+                f"{', '.join(floating) or 'none'}"
             )
     paths = [path_of(model, n) for n in names]
     if len(set(paths)) != len(paths):

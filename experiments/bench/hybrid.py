@@ -9,7 +9,11 @@ as a field of a `ds.AbstractODE`. The loss is the mean squared error over 31 out
 
   - diffsim: `eqx.filter_grad` through `ds.simulate` (the default derivative rule);
   - diffrax `RecursiveCheckpointAdjoint` (its default) and `BacksolveAdjoint`, the same
-    vector field and tolerances through `diffrax.diffeqsolve` with `SaveAt(ts=...)`.
+    vector field and tolerances through `diffrax.diffeqsolve` with `SaveAt(ts=...)`;
+  - torchdiffeq's `odeint_adjoint` (the bench extra's torch on its CPU build): the same
+    network and weights as a `torch.nn.Sequential` (GELU in the tanh form, JAX's default),
+    dopri5 at the same tolerances (torchdiffeq has no Tsit5), the gradient by
+    `loss.backward()`; nothing to compile, and no XLA memory figure.
 
 Compile time (trace + lower + compile of the jitted gradient), run time (median after a
 warm-up, `block_until_ready`), XLA's temporary buffer size of the compiled program (its
@@ -124,11 +128,74 @@ def measure(weights: int, data, repeats: int) -> list[dict]:
         temp = getattr(memory, "temp_size_in_bytes", float("nan")) if memory else float("nan")
         gradients[name] = np.concatenate([np.ravel(g) for g in jax.tree.leaves(compiled(params))])
         rows.append(dict(method=name, weights=count, compile_s=compile_s, run_s=run_s, temp=temp))
+    torch_row = _torchdiffeq(net, model, data, repeats)
+    if torch_row is not None:
+        row, gradient = torch_row
+        rows.append(dict(row, weights=count))
+        gradients[row["method"]] = gradient
     reference = gradients["diffrax RecursiveCheckpointAdjoint"]
     scale = float(np.max(np.abs(reference)))
     for row in rows:
         row["difference"] = float(np.max(np.abs(gradients[row["method"]] - reference))) / scale
     return rows
+
+
+def _torchdiffeq(net, model, data, repeats: int):
+    """(row, flat gradient in the MLP's leaf order) for torchdiffeq's adjoint, or None where
+    torch or torchdiffeq is not installed."""
+    try:
+        import torch
+        from torchdiffeq import odeint_adjoint
+    except ImportError:
+        return None
+    import time
+
+    layers = []
+    for i, layer in enumerate(net.layers):
+        linear = torch.nn.Linear(layer.in_features, layer.out_features)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(np.array(layer.weight)))
+            linear.bias.copy_(torch.from_numpy(np.array(layer.bias)))
+        layers.append(linear)
+        if i < len(net.layers) - 1:
+            layers.append(torch.nn.GELU(approximate="tanh"))
+    mlp = torch.nn.Sequential(*layers)
+    alpha, delta = float(model.alpha), float(model.delta)
+
+    class Field(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp
+
+        def forward(self, t, y):
+            growth = torch.stack([alpha * y[0], -delta * y[1]])
+            return growth + self.net(y)
+
+    field = Field()
+    y0, ts = torch.from_numpy(Y0.copy()), torch.from_numpy(TS.copy())
+    target = torch.from_numpy(np.array(data))
+
+    def gradient():
+        field.zero_grad()
+        ys = odeint_adjoint(field, y0, ts, rtol=RTOL, atol=ATOL, method="dopri5")
+        torch.mean((ys - target) ** 2).backward()
+
+    gradient()  # warm-up
+    times = []
+    for _ in range(min(repeats, 2)):  # seconds a gradient at 1e4 weights and more
+        start = time.perf_counter()
+        gradient()
+        times.append(time.perf_counter() - start)
+    flat = np.concatenate(
+        [
+            np.ravel(p.grad.numpy())
+            for linear in layers
+            if isinstance(linear, torch.nn.Linear)
+            for p in (linear.weight, linear.bias)
+        ]
+    )
+    row = dict(method="torchdiffeq odeint_adjoint", compile_s=None, run_s=float(np.median(times)))
+    return dict(row, temp=None), flat
 
 
 def main(argv=None):
@@ -152,15 +219,16 @@ def main(argv=None):
                 run_s=row["run_s"],
                 temp_bytes=row["temp"],
             )
+            compiled = row["compile_s"] is not None
             table_rows.append(
                 [
                     f"{row['weights']:,}",
                     row["method"],
-                    f"{row['compile_s']:.2f}",
+                    f"{row['compile_s']:.2f}" if compiled else "–",
                     f"{1e3 * row['run_s']:.2f}",
                     f"{row['run_s'] / base['run_s']:.2f}",
-                    f"{row['compile_s'] / base['compile_s']:.2f}",
-                    f"{row['temp'] / 2**20:.1f}",
+                    f"{row['compile_s'] / base['compile_s']:.2f}" if compiled else "–",
+                    f"{row['temp'] / 2**20:.1f}" if row["temp"] is not None else "–",
                     f"{row['difference']:.1e}",
                 ]
             )
