@@ -43,7 +43,7 @@ from .._fit.study import Experiment, Observable, Problem, Unknown
 from .._validate import user_path
 from .expressions import compile_expression, ExpressionError, parse_formula
 from .petab_sciml import is_sciml, read as read_sciml
-from .petab_tables import concat_tables, PetabError, read_table
+from .petab_tables import PetabError, read_table, read_tables
 from .sbml import load as load_sbml, SBMLModel
 
 _SET = "set:"  # the parameter that says whether a condition sets a species' initial value
@@ -100,15 +100,9 @@ def load(path, *, solver=None) -> Problem:
     (sbml_file,) = _single(files("sbml_files"), path, "sbml_files")
     model = load_sbml(sbml_file)
     parameters = read_table(folder / config.get("parameter_file", ""), path, "parameter_file")
-    conditions = concat_tables(
-        [read_table(f, path, "condition_files") for f in files("condition_files")]
-    )
-    measurements = concat_tables(
-        [read_table(f, path, "measurement_files") for f in files("measurement_files")]
-    )
-    observable_table = concat_tables(
-        [read_table(f, path, "observable_files") for f in files("observable_files")]
-    )
+    conditions = read_tables(files("condition_files"), path, "condition_files")
+    measurements = read_tables(files("measurement_files"), path, "measurement_files")
+    observable_table = read_tables(files("observable_files"), path, "observable_files")
     builder = _Builder(path, model, parameters, conditions, measurements, observable_table)
     problem = builder.problem(solver)
     problem.source = dict(

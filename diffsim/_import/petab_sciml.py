@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from .expressions import compile_expression, ExpressionError, parse_formula
-from .petab_tables import concat_tables, PetabError, read_table
+from .petab_tables import PetabError, read_tables
 from .sbml import SBMLModel
 
 
@@ -149,20 +149,12 @@ def read(path: Path, config: Mapping):
         nets[net_id] = _with_weights(nets[net_id], net_id, arrays, path)
     hybrid_files = [folder / name for name in sciml.get("hybridization_files") or []]
     files += hybrid_files
-    hybridization = concat_tables(
-        [read_table(f, path, "hybridization_files") for f in hybrid_files]
-    )
+    hybridization = read_tables(hybrid_files, path, "hybridization_files")
     model = _hybrid_model(base, nets, hybridization, path)
 
-    parameters = concat_tables(
-        [read_table(f, path, "parameter_files") for f in tables("parameter_files")]
-    )
-    measurements = concat_tables(
-        [read_table(f, path, "measurement_files") for f in tables("measurement_files")]
-    )
-    observables = concat_tables(
-        [read_table(f, path, "observable_files") for f in tables("observable_files")]
-    )
+    parameters = read_tables(tables("parameter_files"), path, "parameter_files")
+    measurements = read_tables(tables("measurement_files"), path, "measurement_files")
+    observables = read_tables(tables("observable_files"), path, "observable_files")
     files += tables("parameter_files") + tables("measurement_files") + tables("observable_files")
     files += tables("mapping_files")
 

@@ -23,3 +23,8 @@ def concat_tables(tables):
     import pandas as pd
 
     return pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+
+
+def read_tables(files: list, path, key):
+    """The tables of `files` (listed under `key` of the YAML file `path`) as one."""
+    return concat_tables([read_table(f, path, key) for f in files])
