@@ -5,6 +5,7 @@ scipy's tight solves), read from their files; and files it refuses."""
 
 from pathlib import Path
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -270,3 +271,32 @@ def test_petab_sciml_refuses_what_it_cannot_read(tmp_path):
     table.write_text(table.read_text().replace("net1_output1", "net2_output1"))
     with pytest.raises(ValueError, match=r"hybridization of quarantine_rate.*no network output"):
         ds.petab.load(yaml_file)
+
+
+def test_a_trained_network_in_place_of_the_given_one():
+    """`Problem.log_likelihood(theta, model=)` is the llh with another network, differentiable
+    with respect to its weights (against a central difference); `with_model` makes it the
+    problem's, and `ds.fit` then estimates the mechanistic unknowns given that network, with
+    standard errors."""
+    import equinox as eqx
+
+    problem = ds.petab.load(SCIML / "Dandekar_Patterns2020" / "train_Dandekar_Patterns2020.yaml")
+    net = problem.model.nets["net1"]
+
+    def llh(bias):
+        shifted = eqx.tree_at(lambda n: n.weights[1][1], net, bias)
+        model = eqx.tree_at(lambda m: m.nets["net1"], problem.model, shifted)
+        return problem.log_likelihood(model=model)
+
+    bias = net.weights[1][1] + 0.01
+    value, gradient = jax.jit(jax.value_and_grad(llh))(bias)
+    h = 1e-6
+    difference = (llh(bias + h) - llh(bias - h)) / (2 * h)
+    np.testing.assert_allclose(gradient, difference, rtol=1e-5)
+    shifted = eqx.tree_at(lambda m: m.nets["net1"].weights[1][1], problem.model, bias)
+    other = problem.with_model(shifted)
+    assert other.llh() == pytest.approx(float(value), rel=1e-12)
+    assert other.llh() < problem.llh()  # the given weights are the trained ones
+    fit = ds.fit(other, progress=False)
+    assert fit.llh > other.llh()  # the mechanistic unknowns adapt to the other network
+    assert all(np.isfinite(fit.stderr[name]) and fit.stderr[name] > 0 for name in other.names)

@@ -384,6 +384,24 @@ class Problem:
         unknowns; the others at their `value`), without the priors."""
         return float(self._evaluate(params)[0])
 
+    def with_model(self, model) -> "Problem":
+        """The same problem (experiments, observables, unknowns, solver) about `model`, a model
+        of the same parameters with other values elsewhere: `ds.fit(problem.with_model(
+        trained))` estimates the mechanistic unknowns, with their uncertainty, given a hybrid
+        model's trained network. Observable formulas keep reading the model they were built
+        with (a PEtab problem's read states and parameters, not the networks)."""
+        problem = Problem(
+            model,
+            self.experiments,
+            self.observables,
+            self.unknowns,
+            solver=self.solver,
+            max_steps=self.max_steps,
+        )
+        if hasattr(self, "source"):
+            problem.source = self.source
+        return problem
+
     def log_likelihood(self, theta=None, *, model=None):
         """The log-likelihood as a JAX scalar that `jax.grad` and `jax.jit` go through: at
         `theta` (natural values of the estimated unknowns in `problem.names` order, shape
