@@ -290,11 +290,13 @@ def test_a_trained_network_in_place_of_the_given_one():
 
     bias = net.weights[1][1] + 0.01
     value, gradient = jax.jit(jax.value_and_grad(llh))(bias)
+    # a central difference's truncation error ~h² and the solves' (rtol 1e-8) ~1e-8/h: 1e-5
     h = 1e-6
     difference = (llh(bias + h) - llh(bias - h)) / (2 * h)
     np.testing.assert_allclose(gradient, difference, rtol=1e-5)
     shifted = eqx.tree_at(lambda m: m.nets["net1"].weights[1][1], problem.model, bias)
     other = problem.with_model(shifted)
+    # the same solves in another compiled program: round-off apart
     assert other.llh() == pytest.approx(float(value), rel=1e-12)
     assert other.llh() < problem.llh()  # the given weights are the trained ones
     fit = ds.fit(other, progress=False)

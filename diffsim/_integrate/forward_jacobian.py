@@ -17,30 +17,42 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 
-def _is_none(x) -> bool:
+def is_none(x) -> bool:
     return x is None
 
 
 def count_inputs(tangents) -> int:
     """The number of differentiated scalars among `tangents` (None: not differentiated)."""
-    return sum(t.size for t in jax.tree.leaves(tangents, is_leaf=_is_none) if t is not None)
+    return sum(t.size for t in jax.tree.leaves(tangents, is_leaf=is_none) if t is not None)
+
+
+def differentiated(primals, tangents):
+    """`primals` split by `tangents` (None where an input is not differentiated): (the
+    structure, every primal leaf, the indices of the differentiated ones, their tangents)."""
+    t_leaves, treedef = jax.tree.flatten(tangents, is_leaf=is_none)
+    p_leaves = treedef.flatten_up_to(primals)
+    which = tuple(i for i, t in enumerate(t_leaves) if t is not None)
+    return treedef, p_leaves, which, [t_leaves[i] for i in which]
+
+
+def with_leaves(treedef, p_leaves, which, new):
+    """The primals with the leaves at `which` replaced by `new`."""
+    leaves = list(p_leaves)
+    for i, leaf in zip(which, new):
+        leaves[i] = leaf
+    return treedef.unflatten(leaves)
 
 
 def jvp_by_jacobian(solve, primals, tangents):
     """(`solve(*primals)`'s full output, the tangent of its differentiable part) where
     `solve(*args)` returns (the inexact outputs to differentiate, the full output) and
     `tangents` mirrors `primals` with None where an input is not differentiated."""
-    t_leaves, t_def = jax.tree.flatten(tangents, is_leaf=_is_none)
-    p_leaves = t_def.flatten_up_to(primals)
-    which = [i for i, t in enumerate(t_leaves) if t is not None]
+    treedef, p_leaves, which, t_list = differentiated(primals, tangents)
     x, unravel = ravel_pytree([p_leaves[i] for i in which])
-    t_flat, _ = ravel_pytree([t_leaves[i] for i in which])
+    t_flat, _ = ravel_pytree(t_list)
 
     def outputs(x):
-        leaves = list(p_leaves)
-        for i, leaf in zip(which, unravel(x)):
-            leaves[i] = leaf
-        return solve(*t_def.unflatten(leaves))
+        return solve(*with_leaves(treedef, p_leaves, which, unravel(x)))
 
     def column(direction):  # (outputs, their tangent along `direction`, the full output)
         return jax.jvp(outputs, (x,), (direction,), has_aux=True)

@@ -41,16 +41,18 @@ import jax.extend
 import jax.numpy as jnp
 from jax.interpreters import ad, batching as batching_module, mlir
 
-from .forward_jacobian import count_inputs, jvp_by_jacobian
+from .forward_jacobian import (
+    count_inputs,
+    differentiated,
+    is_none,
+    jvp_by_jacobian,
+    with_leaves,
+)
 
 # Up to this many differentiated scalars the tangent is the forward-mode Jacobian: for the few
 # unknowns of a fit or a parameter study one forward pass with a tangent each is cheaper than a
 # checkpointed reverse pass (see docs/performance.md, "Hybrid models").
 JACOBIAN_INPUTS = 32
-
-
-def _is_none(x) -> bool:
-    return x is None
 
 
 def loop_jvp(solve, any_order, primals, tangents):
@@ -60,12 +62,9 @@ def loop_jvp(solve, any_order, primals, tangents):
     (the custom-JVP function whose rule calls this)."""
     if count_inputs(tangents) <= JACOBIAN_INPUTS:
         return jvp_by_jacobian(ft.partial(solve, "lax"), primals, tangents)
-    t_leaves, treedef = jax.tree.flatten(tangents, is_leaf=_is_none)
-    p_leaves = treedef.flatten_up_to(primals)
-    which = tuple(i for i, t in enumerate(t_leaves) if t is not None)
+    treedef, p_leaves, which, t = differentiated(primals, tangents)
     rest = [None if i in which else leaf for i, leaf in enumerate(p_leaves)]
     diff = [p_leaves[i] for i in which]
-    t = [t_leaves[i] for i in which]
     inputs = _Inputs(solve, any_order, treedef, which, None, _Box(), None, rest, diff)
     outputs, full, residuals = _checkpointed_primal(inputs)
     pullback_def = inputs.pullback_def.value
@@ -90,16 +89,13 @@ class _Inputs(eqx.Module):
     which: tuple = eqx.field(static=True)
     shapes: object = eqx.field(static=True)  # of the differentiable outputs (without tracing)
     pullback_def: object = eqx.field(static=True)
-    residuals: list | None  # the checkpointed primal's pullback (None: recompute it)
+    residuals: list | None  # the checkpointed primal's pullback (None until it has run)
     rest: list
     diff: list
     batch: tuple = eqx.field(static=True, default=())  # the batch axes every input leads with
 
     def primals(self, diff):
-        leaves = list(self.rest)
-        for i, leaf in zip(self.which, diff):
-            leaves[i] = leaf
-        return self.treedef.unflatten(leaves)
+        return with_leaves(self.treedef, self.rest, self.which, diff)
 
     def outputs(self, kind, diff):
         return self.solve(kind, *self.primals(diff))[0]
@@ -143,7 +139,7 @@ def _tangent(inputs: _Inputs, t):  # J·t, forward through the loop
 
 
 def _cotangent(inputs: _Inputs, ct, kind="checkpointed"):  # Jᵀ·ct, reverse through the loop
-    if kind == "checkpointed" and inputs.residuals is not None:
+    if kind == "checkpointed":  # the pullback the primal kept
         residuals = [r[0] for r in inputs.residuals]
         (out,) = jax.tree.unflatten(inputs.pullback_def, residuals)(ct)
         return out
@@ -196,12 +192,12 @@ def _zeros_like_tangents(primal, tangent):
         lambda p, t: eqxi.materialise_zeros(p, t, allow_struct=True),
         primal,
         tangent,
-        is_leaf=_is_none,
+        is_leaf=is_none,
     )
 
 
 def _has_tangent(tree) -> bool:
-    return any(t is not None for t in jax.tree.leaves(tree, is_leaf=_is_none))
+    return any(t is not None for t in jax.tree.leaves(tree, is_leaf=is_none))
 
 
 @eqxi.filter_primitive_jvp
