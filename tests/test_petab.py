@@ -302,3 +302,89 @@ def test_a_trained_network_in_place_of_the_given_one():
     fit = ds.fit(other, progress=False)
     assert fit.llh > other.llh()  # the mechanistic unknowns adapt to the other network
     assert all(np.isfinite(fit.stderr[name]) and fit.stderr[name] > 0 for name in other.names)
+
+
+_TIME = '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+
+
+def _event(eid, at, variable, value):
+    """An SBML level 2 event: when time ≥ `at`, `variable` = `value` (MathML)."""
+    math = '<math xmlns="http://www.w3.org/1998/Math/MathML">{}</math>'
+    return (
+        f'<event id="{eid}"><trigger>'
+        + math.format(f"<apply><geq/>{_TIME}{at}</apply>")
+        + f'</trigger><listOfEventAssignments><eventAssignment variable="{variable}">'
+        + math.format(value)
+        + "</eventAssignment></listOfEventAssignments></event>"
+    )
+
+
+def test_time_triggered_events_act_per_condition_at_the_times_its_settings_give(tmp_path):
+    """Case 0001's A ⇌ B (k1, k2) with two SBML events: at time ≥ t_dose (a parameter the
+    condition table sets: 2 and 4) A += kick (1), and at time ≥ 6 k1 becomes 2. Between
+    events A relaxes exponentially to k2 (A + B) / (k1 + k2); each condition's simulations
+    equal that piecewise closed form, its llh the normal one."""
+    case = SUITE / "0001"
+    for name in ("_0001.yaml", "_observables.tsv", "_parameters.tsv"):
+        (tmp_path / name).write_text((case / name).read_text())
+    model = (case / "_model.xml").read_text()
+    extra = (
+        '<parameter id="t_dose" value="9" constant="true"/>'
+        '<parameter id="kick" value="1" constant="true"/>'
+    )
+    events = (
+        "<listOfEvents>"
+        + _event("dose", "<ci>t_dose</ci>", "A", "<apply><plus/><ci>A</ci><ci>kick</ci></apply>")
+        + _event("switch", "<cn>6</cn>", "k1", "<cn>2</cn>")
+        + "</listOfEvents>"
+    )
+    model = model.replace("</listOfParameters>", extra + "</listOfParameters>")
+    model = model.replace("</listOfReactions>", "</listOfReactions>" + events)
+    (tmp_path / "_model.xml").write_text(model)
+    (tmp_path / "_conditions.tsv").write_text("conditionId\tt_dose\nearly\t2\nlate\t4\n")
+    times = [0.0, 1.0, 3.0, 4.0, 5.0, 7.0, 10.0]
+    rows = [f"obs_a\t{c}\t{t:g}\t0.5" for c in ("early", "late") for t in times]
+    (tmp_path / "_measurements.tsv").write_text(
+        "observableId\tsimulationConditionId\ttime\tmeasurement\n" + "\n".join(rows) + "\n"
+    )
+    problem = ds.petab.load(tmp_path / "_0001.yaml")
+
+    def closed(t_dose):
+        out = []
+        for t in times:
+            a, b, now, k1 = 1.0, 0.0, 0.0, 0.8
+            for at, what in sorted([(t_dose, "dose"), (6.0, "switch")]):
+                if at > t:
+                    break
+                rest = 0.6 * (a + b) / (k1 + 0.6)
+                a, b = (
+                    rest + (a - rest) * np.exp(-(k1 + 0.6) * (at - now)),
+                    a + b - (rest + (a - rest) * np.exp(-(k1 + 0.6) * (at - now))),
+                )
+                now = at
+                if what == "dose":
+                    a += 1.0
+                else:
+                    k1 = 2.0
+            rest = 0.6 * (a + b) / (k1 + 0.6)
+            out.append(rest + (a - rest) * np.exp(-(k1 + 0.6) * (t - now)))
+        return np.asarray(out)
+
+    expected = np.concatenate([closed(2.0), closed(4.0)])
+    simulated = ds.petab.simulations(problem)["simulation"].to_numpy(dtype=float)
+    np.testing.assert_allclose(simulated, expected, rtol=0, atol=1e-7)
+    sigma = 0.5
+    llh = np.sum(-0.5 * np.log(2 * np.pi * sigma**2) - 0.5 * ((0.5 - expected) / sigma) ** 2)
+    assert problem.llh() == pytest.approx(llh, abs=1e-7)
+    # the model alone cannot be simulated as if it had no events
+    loaded = ds.sbml.load(tmp_path / "_model.xml")
+    assert loaded.timed_events == ("dose", "switch")
+    with pytest.raises(ValueError, match=r"time-triggered events \(dose, switch\)"):
+        ds.simulate(loaded, loaded.initial_state(), np.array([0.0, 1.0]), solver=ds.Tsit5())
+    # an event time that depends on an estimated parameter is refused, naming it
+    (tmp_path / "_conditions.tsv").write_text("conditionId\tt_dose\nearly\tk2\n")
+    (tmp_path / "_measurements.tsv").write_text(
+        "observableId\tsimulationConditionId\ttime\tmeasurement\nobs_a\tearly\t1\t0.5\n"
+    )
+    with pytest.raises(ds.sbml.SBMLError, match="event dose depends on t_dose"):
+        ds.petab.load(tmp_path / "_0001.yaml")

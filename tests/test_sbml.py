@@ -170,8 +170,20 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
         + _MATH.format("<cn>2</cn>")
         + "</eventAssignment></listOfEventAssignments></event></listOfEvents>"
     )
-    with pytest.raises(ds.sbml.SBMLError, match="event dose .* diffsim does not support"):
-        ds.sbml.load(_write(tmp_path, event, "event.xml"))
+    # a time-triggered event is read (as changes at given times, `ds.Experiment(changes=)`);
+    # its trigger is already true at t0 = 1.5 (initialValue false: it fires there)
+    timed = ds.sbml.load(_write(tmp_path, event, "event.xml"))
+    [(time, assignments)] = timed.changes()
+    assert time == 1.0 and assignments["A"](jnp.array([5.0]), timed.params) == 2.0
+    assert [t for t, _ in timed.changes(t0=1.5)] == [1.5]
+    assert timed.changes(t0=1.5, values={"unused": 1.0})[0][0] == 1.5
+    # one triggered by the state is not
+    by_state = event.replace(
+        '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>',
+        "<ci>A</ci>",
+    )
+    with pytest.raises(ds.sbml.SBMLError, match="event dose's trigger A > 1.* does not support"):
+        ds.sbml.load(_write(tmp_path, by_state, "by_state.xml"))
     algebraic = (
         f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
         + _species("A", 1.0)

@@ -33,6 +33,15 @@ import numpy as np
 from .._model import AbstractODE, check_model
 from .._solver.base import AbstractSolver, check_solver
 from .data import Data
+from .study_changes import (
+    checked_changes,
+    functions_of,
+    segment_grids,
+    segment_of,
+    SegmentTables,
+    signature,
+    state_assignments,
+)
 from .study_objective import evaluate_llh, evaluate_predictions
 
 SCALES = ("lin", "log", "log10")
@@ -184,6 +193,13 @@ class Experiment:
     - `reinitialize`: with a pre-equilibration, the states (names, or indices into the state)
       that start anew from `y0` under this experiment's settings instead of at rest (a dose
       added after the system settled; PEtab's species set by the simulation condition).
+    - `changes`: what happens at given times: a list of `(time, {name: value})` (or a dict
+      time → assignments). A parameter's name takes a number or another parameter's name
+      from that time on (an input switched on, a rate that changes); a state's name (or
+      index) is set to a number, a parameter's value, or `fn(y, p)` of the state and
+      parameters just before the change (a dose: `{"A": lambda y, p: y[0] + p["dose"]}`).
+      The solver stops at every change; a measurement at a change's time sees the state
+      after it.
     - `name`: a label for tables and plots (default `"experiment <i>"`).
     """
 
@@ -194,6 +210,7 @@ class Experiment:
     pre_equilibrate: Any = None
     name: str | None = None
     reinitialize: tuple = ()
+    changes: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +308,19 @@ class Problem:
             for experiment, name in zip(self.experiments, self.experiment_names)
         )
         self._check_references()
+        size = (
+            _state_size(self, _base_values(self)) if any(e.changes for e in self.experiments) else 0
+        )
+        self.changes = tuple(
+            checked_changes(
+                experiment,
+                label,
+                self.parameter_names,
+                getattr(self.model, "state_names", None),
+                size,
+            )
+            for experiment, label in zip(self.experiments, self.experiment_names)
+        )
         for name, observable in self.observables.items():
             if observable.log_base is None:
                 continue
@@ -622,6 +652,8 @@ class Group:
     row_member: np.ndarray
     row_time: np.ndarray
     rows: np.ndarray  # indices of these rows among all the study's rows
+    # with changes at given times: the segments between them (`ts` is then the first's)
+    segments: SegmentTables | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -684,10 +716,17 @@ def build_tables(problem: Problem) -> Tables:
             kind[k], index[k], constant[k] = resolve(value, f"{where}[{key!r}]")
         return kind, index, constant
 
-    per_experiment, per_pre = [], []
-    for experiment, label in zip(problem.experiments, problem.experiment_names):
+    per_experiment, per_pre, per_segment = [], [], []
+    for experiment, label, changes in zip(
+        problem.experiments, problem.experiment_names, problem.changes
+    ):
         own = settings(experiment.set, f"{label}'s set")
         per_experiment.append(own)
+        segments = [own]
+        for change in changes:
+            where = f"{label}'s change at t = {change.time:g}"
+            segments.append(settings(change.parameters, where, start=segments[-1]))
+        per_segment.append(segments)
         pre = experiment.pre_equilibrate
         if pre is None or pre is False:
             per_pre.append(None)
@@ -704,11 +743,12 @@ def build_tables(problem: Problem) -> Tables:
     row_kind, row_index, row_constant = [], [], []
     times, values, observables = [], [], []
     for e, rows in enumerate(problem.rows):
-        kind, index, constant = per_experiment[e]
-        n = len(rows.time)
-        kinds = np.tile(kind, (n, 1))
-        indices = np.tile(index, (n, 1))
-        constants = np.tile(constant, (n, 1))
+        # a measurement sees the settings of the segment (between changes) it lies in
+        segment = segment_of(problem.changes[e], rows.time)
+        kinds, indices, constants = (
+            np.stack([per_segment[e][j][i] for j in segment]).reshape(len(segment), -1)
+            for i in range(3)
+        )
         for column, cells in rows.overrides.items():
             k = position[column]
             for r, cell in enumerate(cells):
@@ -728,7 +768,14 @@ def build_tables(problem: Problem) -> Tables:
     )
     offsets = np.cumsum([0] + [len(r.time) for r in problem.rows])
 
-    groups = _groups(problem, per_experiment, per_pre, offsets)
+    groups = _groups(
+        problem,
+        per_experiment,
+        per_pre,
+        offsets,
+        per_segment,
+        lambda value: resolve(value, "a change's value"),
+    )
     lower, upper = [], []
     for name in problem.names:
         unknown = problem.unknowns[name]
@@ -758,6 +805,30 @@ def _set_by_experiments(problem: Problem) -> set:
         for settings in (experiment.set or {}, experiment.pre_equilibrate):
             if isinstance(settings, Mapping):
                 referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+    for changes in problem.changes:
+        for change in changes:
+            referenced |= set(change.parameters)
+            for value in (*change.parameters.values(), *change.states.values()):
+                if isinstance(value, str):
+                    referenced.add(value)
+    base = _base_values(problem)
+    y = jnp.zeros(_state_size(problem, base))
+    functions = [
+        fn
+        for changes in problem.changes
+        for c in changes
+        for fn in c.states.values()
+        if callable(fn)
+    ]
+    if functions:
+        from .._model import output_depends_on
+
+        for name in problem.names:
+            if any(
+                output_depends_on(lambda v, fn=fn: fn(y, {**base, name: v}), (base[name],), 0)
+                for fn in functions
+            ):
+                referenced.add(name)
     return referenced
 
 
@@ -906,9 +977,9 @@ def _state_size(problem: Problem, base: dict) -> int:
     return int(np.size(np.asarray(experiment.y0)))
 
 
-def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
-    """Experiments that share the kind of their initial state (an array, or the same function)
-    and of their pre-equilibration run as one vmapped batch."""
+def _groups(problem, per_experiment, per_pre, offsets, per_segment, resolve) -> tuple[Group, ...]:
+    """Experiments that share the kind of their initial state (an array, or the same
+    function), of their pre-equilibration and of their changes run as one vmapped batch."""
     keys = {}
     for e, experiment in enumerate(problem.experiments):
         y0 = experiment.y0
@@ -916,9 +987,13 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
             kind = ("function", id(y0))
         else:
             kind = ("array",)
-        keys.setdefault((kind, per_pre[e] is not None), []).append(e)
+        changes = signature(problem.changes[e])
+        keys.setdefault((kind, per_pre[e] is not None, changes), []).append(e)
     groups = []
-    for (kind, pre), members in keys.items():
+    for (kind, pre, changes), members in keys.items():
+        if changes[0]:
+            groups.append(_changing_group(problem, members, per_pre, offsets, per_segment, resolve))
+            continue
         members = tuple(members)
         table = ParameterTable(
             *(np.stack([per_experiment[e][i] for e in members]) for i in range(3))
@@ -964,6 +1039,63 @@ def _groups(problem, per_experiment, per_pre, offsets) -> tuple[Group, ...]:
             )
         )
     return tuple(groups)
+
+
+def _changing_group(problem, members, per_pre, offsets, per_segment, resolve) -> "Group":
+    """A batch of experiments with changes at given times (`study_changes`): its settings
+    and output times per segment; a measurement's time index counts through the segments'
+    padded times in turn."""
+    members = tuple(members)
+    size = _state_size(problem, _base_values(problem))
+
+    def stacked(per_member):
+        return ParameterTable(*(np.stack([m[i] for m in per_member]) for i in range(3)))
+
+    first = members[0]
+    function_y0 = callable(problem.experiments[first].y0)
+    pre = per_pre[first] is not None
+    grids = [
+        segment_grids(problem.experiments[e].t0, problem.changes[e], problem.rows[e].time)
+        for e in members
+    ]
+    width = max(2, max(len(g) for member in grids for g in member))
+    assignments = [state_assignments(problem.changes[e], size, resolve) for e in members]
+    row_member, row_time, row_ids = [], [], []
+    for m, e in enumerate(members):
+        times = problem.rows[e].time
+        segment = segment_of(problem.changes[e], times)
+        position = np.asarray(
+            [np.searchsorted(grids[m][j], t) for j, t in zip(segment, times)], np.int32
+        )
+        row_member.append(np.full(len(times), m, np.int32))
+        row_time.append((segment * width + position).astype(np.int32))
+        row_ids.append(np.arange(offsets[e], offsets[e + 1]))
+    tables = SegmentTables(
+        settings=ParameterTable(
+            *(
+                np.stack([np.stack([s[i] for s in per_segment[e]]) for e in members])
+                for i in range(3)
+            )
+        ),
+        assigned=np.stack([a[0] for a in assignments]),
+        values=ParameterTable(*(np.stack([a[1][i] for a in assignments]) for i in range(3))),
+        functions=functions_of(problem.changes[first]),
+        ts=np.stack([np.stack([_padded(g, width) for g in member]) for member in grids]),
+        end=np.asarray([[len(g) - 1 for g in member] for member in grids], np.int32),
+    )
+    return Group(
+        members=members,
+        settings=stacked([per_segment[e][0] for e in members]),
+        pre=stacked([per_pre[e] for e in members]) if pre else None,
+        reset=(np.stack([_reset_mask(problem, e, size) for e in members]) if pre else None),
+        y0=None if function_y0 else np.stack([_y0_array(problem, e) for e in members]),
+        y0_fn=problem.experiments[first].y0 if function_y0 else None,
+        ts=tables.ts[:, 0],
+        row_member=np.concatenate(row_member),
+        row_time=np.concatenate(row_time),
+        rows=np.concatenate(row_ids),
+        segments=tables,
+    )
 
 
 def _reset_mask(problem, e, size: int) -> np.ndarray:

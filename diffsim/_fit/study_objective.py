@@ -126,8 +126,7 @@ def _simulate_group(problem, group, theta, dtype, base=None):
             return y0
         return jnp.asarray(group.y0_fn(parameters_dict(problem, values)), dtype)
 
-    def member(values, pre_values, y0, times, anew):
-        model = simulation_model(problem, values, base)
+    def member(values, pre_values, y0, times, anew, segments):
         start = initial(values, y0)
         if pre_values is not None:
             rest = steady_state(
@@ -138,15 +137,20 @@ def _simulate_group(problem, group, theta, dtype, base=None):
             )
             rested = jnp.where(anew, start, rest.y)
             start = jnp.where(rest.succeeded, rested, jnp.nan)
-        solution = simulate(
-            model,
-            start,
-            times,
-            solver=problem.solver,
-            max_steps=problem.max_steps,
-            throw=False,
+        if segments is not None:
+            return _run_segments(problem, group.segments.functions, start, segments, base)
+        return _solve(problem, simulation_model(problem, values, base), start, times)
+
+    segments = None
+    if group.segments is not None:
+        tables = group.segments
+        segments = (
+            tables.settings.values(theta),
+            jnp.asarray(tables.assigned),
+            tables.values.values(theta).astype(dtype),
+            jnp.asarray(tables.ts, dtype),
+            jnp.asarray(tables.end),
         )
-        return jnp.where(solution.succeeded, solution.ys, jnp.nan)
 
     axes = (
         0,
@@ -154,8 +158,41 @@ def _simulate_group(problem, group, theta, dtype, base=None):
         None if y0s is None else 0,
         0,
         None if reset is None else 0,
+        None if segments is None else 0,
     )
-    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts, reset)
+    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts, reset, segments)
+
+
+def _solve(problem, model, start, times):
+    """The states at `times` (NaN where the solve failed)."""
+    solution = simulate(
+        model, start, times, solver=problem.solver, max_steps=problem.max_steps, throw=False
+    )
+    return jnp.where(solution.succeeded, solution.ys, jnp.nan)
+
+
+def _run_segments(problem, functions, start, segments, base):
+    """One experiment with changes at given times (`study_changes`): its segments in turn,
+    as one `lax.scan` (one solve compiled however many segments); the states at every
+    segment's padded times, concatenated, (segments · width, n)."""
+    values, assigned, new_values, times, end = segments
+    previous = jnp.concatenate([values[:1], values[:-1]])  # each change sees the values before
+
+    def segment(y, inputs):
+        j, own, before, assign, new, ts, stop = inputs
+        changed = jnp.where(assign, new, y)
+        p = parameters_dict(problem, before)
+        for at, i, fn in functions:
+            value = jnp.asarray(fn(y, p), y.dtype)
+            changed = changed.at[i].set(jnp.where(j == at, value, changed[i]))
+        ys = _solve(problem, simulation_model(problem, own, base), changed, ts)
+        return ys[stop], ys
+
+    steps = jnp.arange(values.shape[0])
+    _, ys = jax.lax.scan(
+        segment, start, (steps, values, previous, assigned, new_values, times, end)
+    )
+    return ys.reshape(-1, ys.shape[-1])
 
 
 def row_states(problem, theta, dtype, model=None):

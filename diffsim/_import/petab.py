@@ -32,6 +32,7 @@ Not read yet, refused naming the table: steady-state measurements after a
 pre-equilibration; PEtab v2 files; several models or problems in one YAML file.
 """
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -268,6 +269,25 @@ class _Builder:
                 )
         observables = self.observable_definitions(unknowns)
         experiments = self.experiments(unknowns)
+        if model.timed_events:
+            # the model's events as each experiment's changes, at the times its settings give
+            fixed = {n: u.value for n, u in unknowns.items() if not u.estimate}
+            estimated = {n: n for n, u in unknowns.items() if u.estimate}
+            experiments = [
+                dataclasses.replace(
+                    e,
+                    changes=model.changes(
+                        {
+                            **fixed,
+                            **estimated,
+                            **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
+                        },
+                        t0=e.t0,
+                    ),
+                )
+                for e in experiments
+            ]
+            model = model.without_events()
         return Problem(model, experiments, observables, unknowns, solver=solver)
 
     # --- observables ------------------------------------------------------------------------

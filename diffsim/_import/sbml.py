@@ -13,14 +13,22 @@ What is read:
   variable becomes a state), initial assignments, function definitions, `piecewise` (as
   `jnp.where`), the csymbol time.
 
-What is not, refused when the file is loaded with the element's id: events, algebraic rules,
-delays, fast reactions, variable stoichiometry, non-constant compartments, conversion factors.
+- time-triggered events (`time >= c`, c from the parameters) with assignments to species
+  and parameters: `model.changes()` gives them as `ds.Experiment(changes=...)`, so the
+  solver stops at each and the state jumps exactly (`ds.petab.load` does this per
+  experiment); `ds.simulate` of such a model alone is refused (it would miss them).
+
+What is not, refused when the file is loaded with the element's id: events triggered by the
+state, events with delays, algebraic rules, fast reactions, variable stoichiometry,
+non-constant compartments, conversion factors.
 
 The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
 size) are traced like any model's fields: `ds.Problem` estimates them by name.
 """
 
+import copy
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -49,6 +57,9 @@ class _Structure:
     initial: tuple[tuple[str, Callable], ...]  # initial assignments, in dependency order
     initial_values: dict  # state id -> its value in the file (None: an assignment sets it)
     expressions: dict  # id -> the SymPy expression of each rule and rate (for observables)
+    # time-triggered events: (id, env -> trigger time, fires when true at t0, assignments
+    # ((variable, env -> value, its SymPy expression), ...), the ids the time reads)
+    events: tuple = ()
 
 
 class SBMLModel(AbstractODE):
@@ -95,6 +106,61 @@ class SBMLModel(AbstractODE):
             raise KeyError(f"{name!r} is not a symbol of the model from {self.structure.source}")
         return env[name]
 
+    @property
+    def timed_events(self) -> tuple[str, ...]:
+        """The ids of the file's time-triggered events (see `changes`)."""
+        return tuple(event[0] for event in self.structure.events)
+
+    def without_events(self) -> "SBMLModel":
+        """The same model without its events, to simulate with `changes()` applied by a
+        `ds.Experiment`."""
+        copied = copy.copy(self)  # of any subclass (a hybrid model keeps its networks)
+        object.__setattr__(copied, "structure", dataclasses.replace(self.structure, events=()))
+        return copied
+
+    def changes(self, values: Mapping | None = None, t0: float = 0.0) -> list:
+        """The file's time-triggered events as `ds.Experiment(changes=...)`: a list of
+        `(time, {variable: value})`, the times from the parameters (`values`, dict id →
+        number, overriding the file's: a condition's settings); events at one time merged;
+        an event whose time is at or before `t0` acts at `t0` if its trigger may fire there
+        (SBML's `initialValue="false"`), else never. A parameter's new value must be a number
+        or another parameter; a species' may be any expression of the state and parameters
+        just before the event."""
+        source = self.structure.source
+        env = {**{k: float(v) for k, v in self.params.items()}, **dict(values or {})}
+        env["time"] = float(t0)
+        merged: dict[float, dict] = {}
+        for eid, time_of, fires_at_start, assignments, reads in self.structure.events:
+            unknown = sorted(n for n in reads if not isinstance(env.get(n, 0.0), numbers.Real))
+            if unknown:
+                raise SBMLError(
+                    f"{source}: the time of event {eid} depends on {', '.join(unknown)}, "
+                    "which is estimated; diffsim needs event times known before the fit"
+                )
+            time = float(time_of(env))
+            if time <= t0:
+                if not fires_at_start:
+                    continue
+                time = float(t0)
+            changes = merged.setdefault(time, {})
+            for variable, compiled, expr in assignments:
+                if variable in changes:
+                    raise SBMLError(
+                        f"{source}: two events assign {variable} at t = {time:g} (event {eid})"
+                    )
+                if variable in self.structure.states:
+                    changes[variable] = _EventAssignment(self, compiled, time)
+                elif expr.is_number:
+                    changes[variable] = float(expr)
+                elif expr.is_Symbol and expr.name in self.params:
+                    changes[variable] = expr.name
+                else:
+                    raise SBMLError(
+                        f"{source}: event {eid} sets parameter {variable} to {expr}, which "
+                        "diffsim does not support (a number or another parameter only)"
+                    )
+        return sorted(merged.items())
+
     def initial_state(self, values: Mapping | None = None):
         values = dict(values or {})
         params = {k: values.get(k, v) for k, v in self.params.items()}
@@ -125,6 +191,17 @@ class SBMLModel(AbstractODE):
                     "no initial assignment, none given)"
                 )
         return jnp.stack([jnp.asarray(env[name], dtype) for name in self.structure.states])
+
+
+class _EventAssignment:
+    """A species' new value at an event: its expression at (event time, state, parameters)."""
+
+    def __init__(self, model: SBMLModel, compiled: Callable, time: float):
+        self.model, self.compiled, self.time = model, compiled, time
+
+    def __call__(self, y, p):
+        env = self.model.environment(jnp.asarray(self.time, jnp.result_type(y)), y, p)
+        return self.compiled(env)
 
 
 def load(path) -> SBMLModel:
@@ -178,8 +255,6 @@ def _build(model, source: str) -> SBMLModel:
         body = math_of(lam.getChild(count - 1), f"function {fd.getId()}")
         functions[fd.getId()] = sympy.Lambda(tuple(arguments), body)
 
-    if model.getNumEvents():
-        _refuse(source, f"event {model.getEvent(0).getId() or '(unnamed)'} (events)")
     if model.getNumConstraints():
         pass  # constraints only assert; they do not change the dynamics
     params: dict[str, Any] = {}
@@ -305,6 +380,7 @@ def _build(model, source: str) -> SBMLModel:
         for name in _ordered(assignments, source, "initial assignments")
     )
     expressions.update(rules)
+    events = _time_events(model, math_of, source, params, states, rules)
     structure = _Structure(
         source=source,
         states=tuple(states),
@@ -313,11 +389,70 @@ def _build(model, source: str) -> SBMLModel:
         initial=compiled_initial,
         initial_values=initial_values,
         expressions=expressions,
+        events=events,
     )
     return SBMLModel(
         params={k: jnp.asarray(v, jnp.result_type(float)) for k, v in params.items()},
         structure=structure,
     )
+
+
+def _time_events(model, math_of, source, params: dict, states: list, rules: dict) -> tuple:
+    """The file's events, each triggered when time reaches a value the parameters set
+    (`time >= c`, `time > c`); anything else is refused naming the event."""
+    events = []
+    for event in model.getListOfEvents():
+        eid = event.getId() or "(unnamed)"
+        if event.isSetDelay():
+            _refuse(source, f"event {eid} with a delay")
+        trigger = event.getTrigger()
+        if trigger is None or trigger.getMath() is None:
+            _refuse(source, f"event {eid} without a trigger")
+        condition = math_of(trigger.getMath(), f"the trigger of event {eid}")
+        at = _trigger_time(condition)
+        if at is None or not {s.name for s in at.free_symbols} <= set(params):
+            _refuse(
+                source,
+                f"event {eid}'s trigger {condition} (events triggered when time reaches a "
+                "value of the parameters are read, time >= c; others are not)",
+            )
+        assignments = []
+        for assignment in event.getListOfEventAssignments():
+            variable = assignment.getVariable()
+            if variable not in states and variable not in params or variable in rules:
+                _refuse(source, f"event {eid}'s assignment to {variable}, no species or parameter")
+            if model.getCompartment(variable) is not None:
+                _refuse(source, f"event {eid}'s assignment to compartment {variable}")
+            expr = math_of(assignment.getMath(), f"event {eid}'s assignment to {variable}")
+            compiled = compile_expression(expr, f"{source}: event {eid}'s assignment to {variable}")
+            assignments.append((variable, compiled, expr))
+        # SBML level 2 triggers have no initial value: true (no firing at t0 if already true)
+        fires_at_start = hasattr(trigger, "isSetInitialValue") and trigger.isSetInitialValue()
+        fires_at_start = fires_at_start and not trigger.getInitialValue()
+        events.append(
+            (
+                eid,
+                compile_expression(at, f"{source}: the trigger time of event {eid}"),
+                fires_at_start,
+                tuple(assignments),
+                frozenset(s.name for s in at.free_symbols),
+            )
+        )
+    return tuple(events)
+
+
+def _trigger_time(condition):
+    """c of a trigger `time >= c` (or `time > c`, `c <= time`, `c < time`) free of time and
+    the states; None for any other trigger."""
+    if isinstance(condition, (sympy.GreaterThan, sympy.StrictGreaterThan)):
+        later, earlier = condition.lhs, condition.rhs
+    elif isinstance(condition, (sympy.LessThan, sympy.StrictLessThan)):
+        later, earlier = condition.rhs, condition.lhs
+    else:
+        return None
+    if later != TIME or TIME in earlier.free_symbols:
+        return None
+    return earlier
 
 
 def _ordered(definitions: dict, source: str, what: str) -> list[str]:

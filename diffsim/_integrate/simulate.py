@@ -495,6 +495,14 @@ def _check_finite_inputs(model, y0) -> None:
 
 def _check_state(model, y0, t0) -> None:
     name = type(model).__name__
+    timed = getattr(model, "timed_events", ())
+    if timed:  # an SBML model's events: the vector field alone would miss them
+        raise ValueError(
+            f"{name} has time-triggered events ({', '.join(timed)}) that a simulation of its "
+            "vector field would miss: simulate it in a ds.Problem, with "
+            "model.without_events() as the model and ds.Experiment(changes=model.changes()) "
+            "(ds.petab.load does this)"
+        )
     expected = model.state_shape()
     if expected is not None and eqx.is_array(y0) and y0.shape != tuple(expected):
         labels = f" ({', '.join(model.state_names)})" if model.state_names else ""
