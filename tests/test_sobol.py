@@ -181,3 +181,53 @@ def test_morris_effects_of_linear_square_and_unused_parameters():
     with pytest.raises(ValueError, match="morris: ranges"):
         ds.morris(lambda **p: ds.ODE(_linear_and_square, p), {}, jnp.zeros(1),
                   jnp.array([0.0, 1.0]), **OPTIONS)  # fmt: skip
+
+
+def _decay_problem():
+    """y' = −k y from y0 = A, measured at t = 1 and 2: log y(1) = log A − k, additive in
+    (log A, k). A is on the log scale: a design samples log A uniformly."""
+    data = {"time": [1.0, 2.0], "observable": ["y", "y"], "value": [0.5, 0.3]}
+    return ds.Problem(
+        ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5}),
+        [ds.Experiment(data, y0=lambda p: jnp.stack([p["A"]]), name="decay")],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
+        {
+            "A": ds.Unknown(2.0, bounds=(1.0, float(np.e**2)), scale="log"),
+            "k": ds.Unknown(0.5, bounds=(0.0, 1.0)),
+        },
+    )
+
+
+def test_indices_of_a_problems_prediction_over_its_unknowns_on_their_scales():
+    """log y(1) = log A − k with log A ~ U(0, 2) (A on the log scale within its bounds) and
+    k ~ U(0, 1): additive, so first-order = total = each term's share of the variance,
+    (4/12) / (5/12) = 0.8 and 0.2; a design linear in A would give other values. Morris:
+    each elementary effect is the slope times the range, +2 and −1, in every trajectory
+    (μ* = |μ|, σ = 0)."""
+    problem = _decay_problem()
+
+    def log_first(predictions):
+        return jnp.log(predictions["decay"][0])
+
+    indices = ds.sobol(problem, reduce=log_first, base_samples=1024, progress=False)
+    # Monte Carlo error at N = 1024 (the bootstrap intervals are ~±0.02)
+    np.testing.assert_allclose(indices["first_order"], [0.8, 0.2], atol=0.03)
+    np.testing.assert_allclose(indices["total"], [0.8, 0.2], atol=0.03)
+    effects = ds.morris(
+        problem, ranges=["A", "k"], reduce=log_first, trajectories=8, progress=False
+    )
+    # the solve's tolerance (rtol 1e-8) over steps of 2/3 and 1/3 of the ranges
+    np.testing.assert_allclose(effects["mu"], [2.0, -1.0], rtol=1e-6)
+    np.testing.assert_allclose(effects["mu_star"], [2.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(effects["sigma"], [0.0, 0.0], atol=1e-6)
+    # a range given in natural units, and the log-likelihood as the quantity
+    narrow = ds.morris(
+        problem, ranges={"k": (0.2, 0.4)}, reduce="llh", trajectories=4, progress=False
+    )
+    assert list(narrow["parameter"].values) == ["k"] and np.isfinite(narrow["mu_star"]).all()
+    with pytest.raises(TypeError, match="a ds.Problem brings its own"):
+        ds.sobol(problem, y0=jnp.ones(1), reduce="llh", progress=False)
+    with pytest.raises(ValueError, match="'B' is not an estimated unknown"):
+        ds.morris(problem, ranges=["B"], reduce="llh", progress=False)
+    with pytest.raises(TypeError, match="reduce of a ds.Problem must be 'llh'"):
+        ds.morris(problem, reduce="mean", progress=False)

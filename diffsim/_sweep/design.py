@@ -1,5 +1,6 @@
 """What the global-sensitivity designs (`ds.sobol`, `ds.morris`) share: their parameter ranges
-checked, and a design's points run as one `ds.sweep` down to one finite number each."""
+checked, and a design's points run as one `ds.sweep` down to one finite number each (or, for
+a `ds.Problem`, evaluated by `_fit/study_design.py`)."""
 
 import numpy as np
 
@@ -76,3 +77,43 @@ def run_design(caller: str, model, names, design, y0, ts, *, reduce, **options) 
             "Narrow the ranges, raise max_steps or use a solver that suits the whole box"
         )
     return values
+
+
+def design_space(caller: str, model, ranges, y0, ts, solver):
+    """(names, lows, highs) of what the design varies: `ranges` of a model's parameters, or a
+    `ds.Problem`'s unknowns on their scales (`study_design.problem_ranges`)."""
+    from .._fit.study import Problem
+
+    if isinstance(model, Problem):
+        from .._fit.study_design import problem_ranges
+
+        return problem_ranges(caller, model, ranges, dict(y0=y0, ts=ts, solver=solver))
+    missing = [name for name, v in (("y0", y0), ("ts", ts), ("solver", solver)) if v is None]
+    if missing:
+        raise TypeError(
+            f"{caller}: {', '.join(missing)} must be given for a model (a ds.Problem brings "
+            "its own)"
+        )
+    return check_ranges(caller, ranges)
+
+
+def evaluate_design(caller: str, model, names, design, y0, ts, *, reduce, **options):
+    """`run_design` for a model; for a `ds.Problem`, its quantity at each point (on the
+    unknowns' scales) by `study_design.run_problem_design`."""
+    from .._fit.study import Problem
+
+    if not isinstance(model, Problem):
+        return run_design(caller, model, names, design, y0, ts, reduce=reduce, **options)
+    from .._fit.study_design import run_problem_design
+
+    if options.get("store") is not None or options.get("dt") is not None:
+        raise TypeError(f"{caller}: store and dt apply to a model's sweep, not to a ds.Problem")
+    return run_problem_design(
+        caller,
+        model,
+        names,
+        design,
+        reduce=reduce,
+        chunk_size=options.get("chunk_size"),
+        progress=options.get("progress", True),
+    )

@@ -17,16 +17,16 @@ the JAX stack, as for `ds.sobol`); the simulations are what `ds.sweep` runs.
 
 import numpy as np
 
-from .design import check_bootstrap, check_ranges, run_design
+from .design import check_bootstrap, design_space, evaluate_design
 
 
 def morris(
     model,
-    ranges: dict,
-    y0,
-    ts,
+    ranges=None,
+    y0=None,
+    ts=None,
     *,
-    solver,
+    solver=None,
     reduce,
     trajectories: int = 64,
     levels: int = 4,
@@ -46,7 +46,8 @@ def morris(
     **Arguments:**
 
     - `model`, `y0`, `ts`, `solver`, `dt`, `chunk_size`, `store`, `progress`, `max_steps`,
-      `reduce`, `ranges`: as for `ds.sobol`.
+      `reduce`, `ranges`: as for `ds.sobol`, a `ds.Problem` included (its unknowns vary on
+      their scales: μ* is then per whole range on that scale).
     - `trajectories`: r, the one-at-a-time paths (each d + 1 simulations); `levels`: p, the
       grid's levels per parameter (even, ≥ 2; the step is Δ = p / (2(p − 1)) of the range).
     - `bootstrap`, `level`: resamples of the trajectories for the intervals of μ*, and their
@@ -56,7 +57,7 @@ def morris(
     of the quantity per whole range of the parameter) and `mu_star_low`, `mu_star_high`;
     attributes `trajectories`, `levels`, `delta`, `simulations`, `level`.
     """
-    names, low, high = check_ranges("morris", ranges)
+    names, low, high = design_space("morris", model, ranges, y0, ts, solver)
     for name, value, minimum in (("trajectories", trajectories, 2), ("levels", levels, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"morris: {name} must be an int >= {minimum}, got {value!r}")
@@ -68,7 +69,7 @@ def morris(
     d, r = len(names), trajectories
     unit, order, delta = _trajectories(d, r, levels, np.random.default_rng(seed))
     design = low + (high - low) * unit.reshape(-1, d)
-    values = run_design(
+    values = evaluate_design(
         "morris",
         model,
         names,

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._quasirandom import halton_unit
 from .._warn import warn
-from .design import check_bootstrap, check_ranges, run_design
+from .design import check_bootstrap, design_space, evaluate_design
 
 # below this many base points the estimators' sampling error is of the size of the indices
 # (Saltelli et al. 2010 use 512 and more; SALib warns below a power of two, not below a size)
@@ -31,11 +31,11 @@ MIN_BASE_SAMPLES = 64
 
 def sobol(
     model,
-    ranges: dict,
-    y0,
-    ts,
+    ranges=None,
+    y0=None,
+    ts=None,
     *,
-    solver,
+    solver=None,
     reduce,
     base_samples: int = 1024,
     dt: float | None = None,
@@ -64,6 +64,15 @@ def sobol(
     - `bootstrap`: resamples for the intervals (0: none); `level`: their coverage.
     - `seed`: of the bootstrap's resampling (the design itself is deterministic).
 
+    **A `ds.Problem`** in place of `model` (then no `y0`, `ts`, `solver`, `dt` or `store`):
+    `ranges` is None (every estimated unknown within its bounds), a list of unknowns, or a
+    dict name → (low, high) in natural units; each is sampled uniformly **on its scale**
+    (log-uniform on a log scale, as a fit screens it), the others held at their values.
+    `reduce` is `"llh"` (the log-likelihood) or a function of a dict experiment name → its
+    predictions (one per measurement, in its data's order) to a scalar, e.g.
+    `lambda p: p["dose 1"][-1]`. The points run in chunks of `chunk_size` (default 256),
+    each chunk one compiled program over its points and their experiments.
+
     **Returns:** an `xarray.Dataset` over the dimension `parameter` with `first_order`,
     `total`, and their interval bounds `first_order_low`, `first_order_high`, `total_low`,
     `total_high`; attributes: `base_samples`, `simulations`, `variance` (V), `level`.
@@ -72,7 +81,7 @@ def sobol(
     one number per simulation, a quantity with no variance over the box, or simulations that
     failed (their quantity is NaN: the indices would be silently wrong without them).
     """
-    names, low, high = check_ranges("sobol", ranges)
+    names, low, high = design_space("sobol", model, ranges, y0, ts, solver)
     if isinstance(base_samples, bool) or not isinstance(base_samples, int) or base_samples < 2:
         raise ValueError(f"sobol: base_samples must be an int >= 2, got {base_samples!r}")
     check_bootstrap("sobol", bootstrap, level, seed)
@@ -89,7 +98,7 @@ def sobol(
     b = low + (high - low) * unit[:, d:]
     blocks = [a, b] + [np.where(np.arange(d) == i, b, a) for i in range(d)]
     design = np.concatenate(blocks)  # (n (d + 2), d)
-    values = run_design(
+    values = evaluate_design(
         "sobol",
         model,
         names,
