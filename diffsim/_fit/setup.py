@@ -472,8 +472,8 @@ def _select_params(model, params) -> tuple[list[str], dict]:
                 raise ValueError(
                     f"{type(model).__name__}.{name} is a {type(value).__name__} with {weights} "
                     "weights: ds.fit estimates a model's few scalar parameters; train a "
-                    "network inside a model with jax.grad through ds.simulate and optax (see "
-                    "docs/howto/hybrid-models.md)"
+                    f"network inside a model with ds.train(problem, networks={name!r}) (a "
+                    "ds.Problem of the model and its data; docs/howto/hybrid-models.md)"
                 )
             raise ValueError(
                 f"{type(model).__name__}.{name} is not a floating-point parameter (it holds "

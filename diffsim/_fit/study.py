@@ -538,7 +538,8 @@ def require_estimated(problem: "Problem", call: str) -> None:
     if not any(u.estimate for u in problem.unknowns.values()):
         raise ValueError(
             f"{call}: no unknown of the problem is estimated: nothing to fit (estimate=True on "
-            "at least one)"
+            "at least one; a network inside the model is trained by ds.train(problem, "
+            "networks=...))"
         )
 
 

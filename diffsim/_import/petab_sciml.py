@@ -42,6 +42,23 @@ class Network(eqx.Module):
     weights: list
     steps: tuple = eqx.field(static=True)
 
+    def initialised(self, key) -> "Network":
+        """The same network with fresh weights from `key` (a `jax.random` key): every weight
+        and bias uniform in ±1/√(inputs of its layer), PyTorch's (and equinox's) default for
+        a linear layer, as PEtab-SciML's networks are defined."""
+        keys = jax.random.split(key, 2 * len(self.weights))
+        fresh = []
+        for i, (weight, bias) in enumerate(self.weights):
+            bound = 1.0 / jnp.sqrt(weight.shape[1])
+
+            def draw(k, like, bound=bound):
+                return jax.random.uniform(k, like.shape, like.dtype, -bound, bound)
+
+            fresh.append(
+                (draw(keys[2 * i], weight), None if bias is None else draw(keys[2 * i + 1], bias))
+            )
+        return eqx.tree_at(lambda n: n.weights, self, fresh)
+
     def __call__(self, x):
         for step in self.steps:
             if step[0] == "linear":

@@ -1,0 +1,307 @@
+"""`ds.train`: the neural networks inside a `ds.Problem`'s model (a universal differential
+equation, a neural ODE, a PEtab-SciML problem) trained together with its mechanistic unknowns
+by first-order optimisation, as practitioners do: Adam on the negative log-likelihood (the
+gradient by the reverse pass through the solver), then optionally L-BFGS to polish, with
+early stopping on a validation problem.
+
+The steps run in compiled chunks (`lax.scan` of `every` steps: one program per phase, however
+many steps); between chunks the host records the losses, checks the validation problem,
+keeps the best state and advances the progress bar. A step whose loss or gradient is not
+finite (a solve failed at an absurd network) is skipped, the optimiser's state kept, and the
+mechanistic unknowns move on their scales and are held within their bounds.
+
+Why by hand around optax: optax gives the updates; the loop around them, which knows the
+problem's scales, bounds, validation and progress, is this module.
+"""
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._paths import get, path_of
+from .._progress import progress_bar
+from .study import Problem
+from .study_objective import (
+    natural_on_host,
+    negative_log_likelihood,
+    scaled_on_host,
+    to_natural_values,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What `ds.train` returns.
+
+    - `model`: the problem's model with the trained networks (the best state: by the
+      validation log-likelihood where a validation problem was given, else by the training
+      loss); `problem`: the problem about it (`problem.with_model(model)`), which `ds.fit`
+      takes for the mechanistic unknowns' uncertainty given the networks.
+    - `params`: the mechanistic unknowns' natural values at the best state (dict by name).
+    - `llh`: the training log-likelihood there; `validation_llh`: the validation problem's
+      (None without one).
+    - `history`: dict of arrays per chunk: `step`, `phase` ("adam"/"lbfgs"), `llh` (training,
+      at the chunk's end), `validation_llh` (NaN without a validation problem).
+    - `best_step`, `steps` (taken), `stopped_early` (patience ran out), `skipped` (steps
+      whose loss or gradient was not finite), `seconds` (compile and run: `compile`, `run`).
+    """
+
+    model: Any
+    problem: Problem
+    params: dict
+    llh: float
+    validation_llh: float | None
+    history: dict
+    best_step: int
+    steps: int
+    stopped_early: bool
+    skipped: int
+    seconds: dict
+
+
+def train(
+    problem: Problem,
+    networks,
+    *,
+    steps: int = 2000,
+    learning_rate: float = 1e-3,
+    lbfgs_steps: int = 0,
+    validation: Problem | None = None,
+    every: int = 50,
+    patience: int | None = None,
+    clip: float | None = 1.0,
+    progress: bool = True,
+) -> Trained:
+    """Train the networks `networks` of `problem`'s model (and its estimated mechanistic
+    unknowns) by maximum likelihood.
+
+    **Arguments:**
+
+    - `problem`: a `ds.Problem` whose model holds the networks (e.g. `ds.petab.load` of a
+      PEtab-SciML problem, or a `ds.AbstractODE` with an `eqx.nn.MLP` field). Training starts
+      from the weights the model holds (re-initialise them for a fresh start, e.g.
+      `ds.petab.Network.initialised(key)`) and from the unknowns' values.
+    - `networks`: a name or list of names of the model's networks: a field (`"net"`), a
+      nested field (`"closure.net"`) or an entry of a dict field (`'nets["net1"]'`). Every
+      floating array inside is trained.
+    - `steps`, `learning_rate`: Adam's steps and step size; `clip`: the largest global norm
+      of a gradient (None: no clipping; long series of a stiff or chaotic model need it).
+    - `lbfgs_steps`: L-BFGS steps after Adam (optax's, with its zoom line search).
+    - `validation`: a `ds.Problem` of the same model (other data: a held-out experiment)
+      evaluated every `every` steps; the best state by its log-likelihood is returned, and
+      with `patience`, training stops after that many checks without improvement.
+    - `every`: the steps of one compiled chunk (and between checks); `progress`: a bar.
+
+    **Returns:** a `ds.Trained` (its `problem` goes on to `ds.fit` for the mechanistic
+    unknowns' standard errors given the networks).
+    """
+    if not isinstance(problem, Problem):
+        raise TypeError(f"ds.train: expected a ds.Problem, got {type(problem).__name__}")
+    if validation is not None and not isinstance(validation, Problem):
+        raise TypeError(
+            f"ds.train: validation must be a ds.Problem, got {type(validation).__name__}"
+        )
+    for name, value, minimum in (
+        ("steps", steps, 0),
+        ("lbfgs_steps", lbfgs_steps, 0),
+        ("every", every, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"ds.train: {name} must be an int >= {minimum}, got {value!r}")
+    if steps + lbfgs_steps == 0:
+        raise ValueError("ds.train: steps + lbfgs_steps is 0: nothing to train")
+    if patience is not None and (not isinstance(patience, int) or patience < 1):
+        raise ValueError(f"ds.train: patience must be None or an int >= 1, got {patience!r}")
+    if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
+        raise ValueError(f"ds.train: learning_rate must be positive, got {learning_rate!r}")
+    if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
+        raise ValueError(f"ds.train: clip must be None or positive, got {clip!r}")
+    paths = _network_paths(problem.model, networks)
+    import optax
+
+    tables = problem.tables
+    dtype = jnp.result_type(float)
+    lower, upper = jnp.asarray(tables.lower, dtype), jnp.asarray(tables.upper, dtype)
+    weights = [eqx.filter(get(problem.model, p), eqx.is_inexact_array) for p in paths]
+    params = (jnp.asarray(scaled_on_host(problem.theta(), tables.scales), dtype), weights)
+
+    def model_of(weights):
+        nets = [
+            eqx.combine(w, eqx.filter(get(problem.model, p), eqx.is_inexact_array, inverse=True))
+            for w, p in zip(weights, paths)
+        ]
+        return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
+
+    def loss(params):
+        scaled, weights = params
+        nll, prior = negative_log_likelihood(
+            problem, to_natural_values(scaled, tables.scales), model=model_of(weights)
+        )
+        return nll + prior
+
+    def project(params):
+        scaled, weights = params
+        return jnp.clip(scaled, lower, upper), weights
+
+    phases = []
+    if steps:
+        adam = optax.adam(learning_rate)
+        if clip is not None:
+            adam = optax.chain(optax.clip_by_global_norm(clip), adam)
+        phases.append(("adam", steps, adam))
+    if lbfgs_steps:
+        phases.append(("lbfgs", lbfgs_steps, optax.lbfgs()))
+
+    history = {"step": [], "phase": [], "llh": [], "validation_llh": []}
+    best = dict(score=-math.inf, params=params, step=0, llh=math.nan, validation=None)
+    seconds = dict(compile=0.0, run=0.0)
+    taken, skipped, checks_without_gain, stopped = 0, 0, 0, False
+    bar = progress_bar(steps + lbfgs_steps, enabled=progress, description="train", unit="step")
+    try:
+        for phase, count, optimizer in phases:
+            state = optimizer.init(params)
+            chunk = None
+            done = 0
+            while done < count and not stopped:
+                length = min(every, count - done)
+                if chunk is None or length != every:
+                    clock = time.perf_counter()
+                    chunk = _chunk.lower(loss, project, optimizer, phase, length, params, state)
+                    chunk = chunk.compile()
+                    seconds["compile"] += time.perf_counter() - clock
+                clock = time.perf_counter()
+                params, state, value, bad = chunk(
+                    loss, project, optimizer, phase, length, params, state
+                )
+                value, bad = float(value), int(bad)
+                seconds["run"] += time.perf_counter() - clock
+                done += length
+                taken += length
+                skipped += bad
+                bar.update(length)
+                llh = -value
+                validation_llh = math.nan
+                if validation is not None:
+                    validation_llh = _validation_llh(validation, problem, params, model_of)
+                score = validation_llh if validation is not None else llh
+                history["step"].append(taken)
+                history["phase"].append(phase)
+                history["llh"].append(llh)
+                history["validation_llh"].append(validation_llh)
+                if math.isfinite(score) and score > best["score"]:
+                    best = dict(
+                        score=score,
+                        params=params,
+                        step=taken,
+                        llh=llh,
+                        validation=validation_llh if validation is not None else None,
+                    )
+                    checks_without_gain = 0
+                else:
+                    checks_without_gain += 1
+                    stopped = patience is not None and checks_without_gain >= patience
+    finally:
+        bar.close()
+    if not math.isfinite(best["score"]):
+        raise ValueError(
+            "ds.train: no step gave a finite log-likelihood (every solve failed): lower "
+            "learning_rate, clip the gradient harder, or start from other weights"
+        )
+    scaled, weights = best["params"]
+    model = model_of(weights)
+    values = natural_on_host(np.asarray(scaled), tables.scales)
+    return Trained(
+        model=model,
+        problem=problem.with_model(model),
+        params={n: float(v) for n, v in zip(problem.names, values)},
+        llh=best["llh"],
+        validation_llh=best["validation"],
+        history={k: np.asarray(v) for k, v in history.items()},
+        best_step=best["step"],
+        steps=taken,
+        stopped_early=stopped,
+        skipped=skipped,
+        seconds=seconds,
+    )
+
+
+@eqx.filter_jit
+def _chunk(loss, project, optimizer, phase, length, params, state):
+    """`length` steps of `optimizer` from (params, state): (params, state, the loss at the
+    end, how many steps were skipped as not finite)."""
+    import optax
+
+    value_and_grad = jax.value_and_grad(loss)
+    if phase == "lbfgs":
+        value_and_grad = optax.value_and_grad_from_state(loss)
+
+    def step(carry, _):
+        params, state = carry
+        if phase == "lbfgs":
+            value, grad = value_and_grad(params, state=state)
+            updates, new_state = optimizer.update(
+                grad, state, params, value=value, grad=grad, value_fn=loss
+            )
+        else:
+            value, grad = value_and_grad(params)
+            updates, new_state = optimizer.update(grad, state, params)
+        moved = project(optax.apply_updates(params, updates))
+        # a step whose loss, gradient or result is not finite is skipped, the optimiser's
+        # state kept (optax.apply_if_finite does this for Adam, but not for L-BFGS, whose
+        # update takes the value and the function)
+        finite = jnp.isfinite(value)
+        for leaf in jax.tree.leaves((grad, moved)):
+            finite = finite & jnp.all(jnp.isfinite(leaf))
+
+        def hold(new, old):
+            return jnp.where(finite, new, old) if eqx.is_array(new) else new
+
+        moved = jax.tree.map(hold, moved, params)
+        state = jax.tree.map(hold, new_state, state)
+        return (moved, state), ~finite
+
+    # optax's updates mix Python floats with int32 step counts (Adam's bias correction),
+    # which a caller's strict dtype promotion would refuse
+    with jax.numpy_dtype_promotion("standard"):
+        (params, state), bad = jax.lax.scan(step, (params, state), None, length=length)
+    return params, state, loss(params), jnp.sum(bad)
+
+
+def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> float:
+    """The validation problem's log-likelihood with the trained networks and the training
+    problem's values of the unknowns they share."""
+    scaled, weights = params
+    values = natural_on_host(np.asarray(scaled), problem.tables.scales)
+    shared = {n: float(v) for n, v in zip(problem.names, values) if n in validation.names}
+    theta = jnp.asarray(validation.theta(shared), jnp.result_type(float))
+    return float(_llh_with(validation, theta, model_of(weights)))
+
+
+@eqx.filter_jit
+def _llh_with(problem, theta, model):
+    return -negative_log_likelihood(problem, theta, model=model)[0]
+
+
+def _network_paths(model, networks) -> list:
+    names = [networks] if isinstance(networks, str) else list(networks or [])
+    if not names:
+        raise ValueError("ds.train: name the networks to train, e.g. networks='net'")
+    paths = []
+    for name in names:
+        path = path_of(model, name) if isinstance(name, str) else None
+        value = None if path is None else get(model, path)
+        leaves = [] if value is None else jax.tree.leaves(eqx.filter(value, eqx.is_inexact_array))
+        if not leaves or eqx.is_array(value):
+            raise ValueError(
+                f"ds.train: {name!r} names no network of {type(model).__name__} (a module "
+                "holding floating arrays: a field such as 'net', or 'nets[\"net1\"]' for a "
+                "PEtab-SciML model)"
+            )
+        paths.append(path)
+    return paths

@@ -1,0 +1,101 @@
+"""`ds.train`: a network inside a `ds.Problem`'s model trained with its mechanistic unknowns
+(Adam, then L-BFGS, early stopping on a validation problem), checked against the mechanism
+the network stands for."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import diffsim as ds
+
+
+class _Chain(ds.AbstractODE):
+    """x' = −k x, y' = k x − net(y): the removal of y is learned."""
+
+    k: jnp.ndarray
+    net: eqx.nn.MLP
+
+    def vector_field(self, t, y, args=None):
+        return jnp.stack([-self.k * y[0], self.k * y[0] - self.net(y[1:])[0]])
+
+
+_TS = np.linspace(0.25, 6.0, 24)
+
+
+def _experiment(x0, y0, name, k=1.0, c=0.5):
+    """Exact data of the chain with removal c·y (k ≠ c)."""
+    x = x0 * np.exp(-k * _TS)
+    y = y0 * np.exp(-c * _TS) + x0 * k / (k - c) * (np.exp(-c * _TS) - np.exp(-k * _TS))
+    data = {
+        "time": np.concatenate([_TS, _TS]),
+        "observable": ["x"] * _TS.size + ["y"] * _TS.size,
+        "value": np.concatenate([x, y]),
+    }
+    return ds.Experiment(data, y0=jnp.array([x0, y0]), name=name)
+
+
+def _problems():
+    net = eqx.nn.MLP(1, 1, 8, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    net = jax.tree.map(lambda a: a.astype(jnp.float64) if eqx.is_inexact_array(a) else a, net)
+    observables = {
+        "x": ds.Observable(lambda t, y, p: y[0], sigma=0.01),
+        "y": ds.Observable(lambda t, y, p: y[1], sigma=0.01),
+    }
+    unknowns = {"k": ds.Unknown(0.3, bounds=(1e-2, 1e2), scale="log10")}
+    solver = ds.Tsit5(rtol=1e-7, atol=1e-9)
+    model = _Chain(jnp.array(0.3), net)
+    experiments = [_experiment(2.0, 0.0, "a"), _experiment(0.5, 1.5, "b")]
+    train = ds.Problem(model, experiments, observables, unknowns, solver=solver)
+    validation = ds.Problem(
+        model, [_experiment(1.0, 1.0, "held out")], observables, unknowns, solver=solver
+    )
+    return train, validation
+
+
+def test_a_ude_learns_the_term_it_stands_for_and_its_rate_constant():
+    """From a seeded network and k = 0.3: Adam (600 steps) then L-BFGS (100). The learned
+    removal equals 0.5·y over the data's range, k = 1, the training llh reaches the normal
+    constant of exact data (96 · log(1 / (√(2π) 0.01)) = 353.87), and the mechanistic
+    unknown's standard error given the network comes from ds.fit of the trained problem."""
+    train, validation = _problems()
+    trained = ds.train(
+        train,
+        "net",
+        steps=600,
+        learning_rate=2e-2,
+        lbfgs_steps=100,
+        validation=validation,
+        every=100,
+        progress=False,
+    )
+    ceiling = 96 * np.log(1 / (np.sqrt(2 * np.pi) * 0.01))
+    # within 0.1 of the ceiling: residuals of ~0.05 σ on average
+    assert trained.llh == pytest.approx(ceiling, abs=0.1) and trained.llh < ceiling
+    assert trained.params["k"] == pytest.approx(1.0, rel=1e-3)
+    levels = jnp.linspace(0.0, 1.5, 16)  # the range y takes in the data
+    learned = jax.vmap(lambda z: trained.model.net(jnp.stack([z]))[0])(levels)
+    np.testing.assert_allclose(learned, 0.5 * levels, atol=0.01)
+    # the best state is kept by the validation problem's llh
+    history = trained.history
+    assert trained.validation_llh == pytest.approx(np.max(history["validation_llh"]))
+    assert trained.best_step == history["step"][np.argmax(history["validation_llh"])]
+    assert list(history["phase"]) == ["adam"] * 6 + ["lbfgs"]
+    fit = ds.fit(trained.problem, progress=False)
+    assert fit.params["k"] == pytest.approx(1.0, rel=1e-3)
+    assert 0 < fit.stderr["k"] < 1e-2
+
+
+def test_bad_training_requests_are_refused_with_what_to_do():
+    train, validation = _problems()
+    with pytest.raises(ValueError, match="'nett' names no network of _Chain"):
+        ds.train(train, "nett", progress=False)
+    with pytest.raises(ValueError, match="'k' names no network"):
+        ds.train(train, "k", progress=False)
+    with pytest.raises(ValueError, match="nothing to train"):
+        ds.train(train, "net", steps=0, progress=False)
+    with pytest.raises(TypeError, match="validation must be a ds.Problem"):
+        ds.train(train, "net", validation="held out", progress=False)
+    with pytest.raises(ValueError, match="networks='net'"):
+        ds.train(train, [], progress=False)
