@@ -451,6 +451,22 @@ class Problem:
             )
         return -negative_log_likelihood(self, theta, model=model)[0]
 
+    def design_ranges(self, caller: str, ranges, extras: dict):
+        """For `ds.sobol`/`ds.morris` of the problem: (names, lows, highs) on the unknowns'
+        scales (`study_design.problem_ranges`)."""
+        from .study_design import problem_ranges
+
+        return problem_ranges(caller, self, ranges, extras)
+
+    def design_values(self, caller: str, names, design, *, reduce, chunk_size, progress):
+        """For `ds.sobol`/`ds.morris` of the problem: the quantity at every point of `design`
+        (`study_design.run_problem_design`)."""
+        from .study_design import run_problem_design
+
+        return run_problem_design(
+            caller, self, names, design, reduce=reduce, chunk_size=chunk_size, progress=progress
+        )
+
     def log_posterior(self, params: Mapping | None = None) -> float:
         """The log-likelihood plus the log-priors (unnormalised)."""
         llh, log_prior = self._evaluate(params)

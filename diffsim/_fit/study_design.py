@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._progress import progress_bar
-from .study import Problem
 from .study_objective import (
     negative_log_likelihood,
     observe,
@@ -22,7 +21,7 @@ from .study_objective import (
 )
 
 
-def problem_ranges(caller: str, problem: Problem, ranges, extras: dict):
+def problem_ranges(caller: str, problem, ranges, extras: dict):
     """(names, lows, highs) on each unknown's scale: `ranges` None (every estimated unknown
     within its bounds), a list of names (those, within their bounds) or a dict name →
     (low, high) in natural units. A log-scale unknown is thus sampled uniformly in its
@@ -79,7 +78,7 @@ def problem_ranges(caller: str, problem: Problem, ranges, extras: dict):
 
 
 def run_problem_design(
-    caller: str, problem: Problem, names, design, *, reduce, chunk_size=None, progress=True
+    caller: str, problem, names, design, *, reduce, chunk_size=None, progress=True
 ) -> np.ndarray:
     """The quantity at every row of `design` (points, names) on the unknowns' scales:
     `reduce` = "llh" (the log-likelihood) or a function of a dict experiment name → its

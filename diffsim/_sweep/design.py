@@ -79,15 +79,15 @@ def run_design(caller: str, model, names, design, y0, ts, *, reduce, **options) 
     return values
 
 
+# A ds.Problem answers for itself (`Problem.design_ranges`, `Problem.design_values`): _sweep
+# and _fit are peers that do not import each other, so it is recognised by these methods.
+
+
 def design_space(caller: str, model, ranges, y0, ts, solver):
     """(names, lows, highs) of what the design varies: `ranges` of a model's parameters, or a
-    `ds.Problem`'s unknowns on their scales (`study_design.problem_ranges`)."""
-    from .._fit.study import Problem
-
-    if isinstance(model, Problem):
-        from .._fit.study_design import problem_ranges
-
-        return problem_ranges(caller, model, ranges, dict(y0=y0, ts=ts, solver=solver))
+    `ds.Problem`'s unknowns on their scales."""
+    if callable(getattr(model, "design_ranges", None)):
+        return model.design_ranges(caller, ranges, dict(y0=y0, ts=ts, solver=solver))
     missing = [name for name, v in (("y0", y0), ("ts", ts), ("solver", solver)) if v is None]
     if missing:
         raise TypeError(
@@ -99,18 +99,13 @@ def design_space(caller: str, model, ranges, y0, ts, solver):
 
 def evaluate_design(caller: str, model, names, design, y0, ts, *, reduce, **options):
     """`run_design` for a model; for a `ds.Problem`, its quantity at each point (on the
-    unknowns' scales) by `study_design.run_problem_design`."""
-    from .._fit.study import Problem
-
-    if not isinstance(model, Problem):
+    unknowns' scales)."""
+    if not callable(getattr(model, "design_values", None)):
         return run_design(caller, model, names, design, y0, ts, reduce=reduce, **options)
-    from .._fit.study_design import run_problem_design
-
     if options.get("store") is not None or options.get("dt") is not None:
         raise TypeError(f"{caller}: store and dt apply to a model's sweep, not to a ds.Problem")
-    return run_problem_design(
+    return model.design_values(
         caller,
-        model,
         names,
         design,
         reduce=reduce,
