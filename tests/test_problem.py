@@ -390,6 +390,27 @@ def test_changes_at_given_times_doses_and_switches_from_exact_data():
         assert gradient[i] == pytest.approx(float(central), rel=1e-5), i
 
 
+def test_changes_after_a_pre_equilibration_start_from_the_rest():
+    """At rest without the stimulus (y = k_in / k_out = 4), the stimulus 1 from t0 and 3 from
+    t = 1.5: the piecewise closed form."""
+    ts = np.array([0.5, 1.0, 2.0, 3.0])
+    model = _Turnover(jnp.array(2.0), jnp.array(0.5), jnp.array(0.0))
+    experiment = ds.Experiment(
+        _long(ts, "y", np.ones(4)),
+        y0=jnp.array([1.0]),
+        set={"stimulus": 1.0},
+        pre_equilibrate={"stimulus": 0.0},
+        changes=[(1.5, {"stimulus": 3.0})],
+    )
+    observables = {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
+    problem = ds.Problem(model, [experiment], observables, {"k_in": 2.0})
+    before = _turnover(ts[:2], 4.0, 2.0, 0.5, 1.0)
+    after = _turnover(ts[2:] - 1.5, _turnover(1.5, 4.0, 2.0, 0.5, 1.0), 2.0, 0.5, 3.0)
+    np.testing.assert_allclose(
+        problem.predictions()[0]["prediction"], np.concatenate([before, after]), rtol=1e-7
+    )
+
+
 def test_bad_changes_are_refused_naming_the_change():
     model = _Turnover(jnp.array(1.0), jnp.array(1.0), jnp.array(0.0))
     data = _long([1.0, 2.0], "y", [1.0, 1.0])
