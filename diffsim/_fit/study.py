@@ -886,7 +886,7 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     for k, name in enumerate(problem.names):
         if name in problem.model_parameters or name in referenced or read_by_a_function(name):
             continue
-        if problem.unknowns[name].prior is not None:  # the closed form would ignore it
+        if not _flat_within_bounds(problem.unknowns[name]):  # the closed form ignores it
             continue
         taken = (rows.kind == ESTIMATED) & (rows.index == k)  # (measurements, parameters)
         columns = np.flatnonzero(taken.any(axis=0))
@@ -905,6 +905,21 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
             if mask.any():
                 found.append((k, mask))
     return tuple(found)
+
+
+def _flat_within_bounds(unknown: Unknown) -> bool:
+    """Whether the unknown's prior is constant within its bounds (none, or a uniform over
+    them or wider: PEtab v2's implicit prior), so that a closed-form optimum holds."""
+    prior = unknown.prior
+    if prior is None:
+        return True
+    low, high = getattr(prior, "low", None), getattr(prior, "high", None)
+    return (
+        type(prior).__name__ == "Uniform"
+        and not unknown.prior_on_scale
+        and float(low) <= unknown.bounds[0]
+        and float(high) >= unknown.bounds[1]
+    )
 
 
 def _reads(fn, name: str, base: dict, y) -> bool:
@@ -977,8 +992,11 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
 
     found = []
     for k, name in enumerate(problem.names):
-        if name in referenced or problem.unknowns[name].prior is not None or not only_scales(name):
-            continue  # a prior: the closed form would ignore it
+        # a prior that is not flat: the closed form would ignore it
+        if name in referenced or not _flat_within_bounds(problem.unknowns[name]):
+            continue
+        if not only_scales(name):
+            continue
         mask = scaled_rows(k)
         if mask is not None and mask.any():
             found.append((k, mask))

@@ -1,4 +1,4 @@
-"""`ds.petab.load`: a PEtab (v1) parameter-estimation problem as a `ds.Problem`.
+"""`ds.petab.load`: a PEtab (v1 or v2) parameter-estimation problem as a `ds.Problem`.
 
 PEtab describes a study in files: an SBML model, and tables of conditions (settings of
 parameters, compartments and initial species values), measurements (observable, condition,
@@ -28,8 +28,10 @@ parameters (scale, bounds, nominal value, estimated or not). They map onto `ds.P
   leaves them out, `problem.log_posterior()`, `ds.fit` (the posterior's mode) and `ds.sample`
   take them in.
 
+PEtab v2 files are read by mapping their tables onto v1's (`petab_v2.py`).
+
 Not read yet, refused naming the table: steady-state measurements after a
-pre-equilibration; PEtab v2 files; several models or problems in one YAML file.
+pre-equilibration; several models or problems in one YAML file.
 """
 
 import dataclasses
@@ -45,6 +47,7 @@ from .._validate import user_path
 from .expressions import compile_expression, ExpressionError, parse_formula
 from .petab_sciml import is_sciml, read as read_sciml
 from .petab_tables import PetabError, read_table, read_tables
+from .petab_v2 import read as read_v2
 from .sbml import load as load_sbml, SBMLModel
 
 _SET = "set:"  # the parameter that says whether a condition sets a species' initial value
@@ -79,10 +82,11 @@ def load(path, *, solver=None) -> Problem:
     version = str(config.get("format_version", ""))
     if version.startswith("2") and is_sciml(config):
         return _load_sciml(path, config, solver)
+    if version.startswith("2"):
+        return _load_v2(path, config, solver)
     if not version.startswith("1"):
         raise PetabError(
-            f"{path}: format_version {version!r}; diffsim reads PEtab v1 problems (v2 is not "
-            "supported yet)"
+            f"{path}: format_version {version!r}; diffsim reads PEtab v1 and v2 problems"
         )
     problems = config.get("problems")
     if not isinstance(problems, list) or len(problems) != 1:
@@ -144,6 +148,18 @@ def simulations(problem: Problem, params: Mapping | None = None):
     return table
 
 
+def _merged(first, second, where: str):
+    """Two lists of changes at given times as one (the assignments of equal times merged)."""
+    merged: dict = {}
+    for time, assignments in list(first or []) + list(second or []):
+        at = merged.setdefault(float(time), {})
+        for target, value in assignments.items():
+            if target in at:
+                raise PetabError(f"{where}: {target} is set twice at t = {time:g}")
+            at[target] = value
+    return sorted(merged.items()) or None
+
+
 def _single(items, path, key):
     if len(items) != 1:
         raise PetabError(f"{path}: exactly one of {key} is read, got {len(items)}")
@@ -177,8 +193,28 @@ def _load_sciml(path: Path, config: Mapping, solver) -> Problem:
     return problem
 
 
+def _load_v2(path: Path, config: Mapping, solver) -> Problem:
+    """A PEtab v2 problem (`petab_v2`): its tables in v1's shape, its experiments' start times
+    and later periods as `t0` and changes."""
+    model, parameters, conditions, measurements, observables, files, timing = read_v2(path, config)
+    builder = _Builder(path, model, parameters, conditions, measurements, observables, timing)
+    problem = builder.problem(solver)
+    problem.source = dict(
+        petab=str(path),
+        files=files,
+        measurement_order=builder.order,
+        measurements=measurements,
+        initialization_priors={},
+    )
+    return problem
+
+
 class _Builder:
-    def __init__(self, path, model: SBMLModel, parameters, conditions, measurements, observables):
+    def __init__(
+        self, path, model: SBMLModel, parameters, conditions, measurements, observables, timing=None
+    ):
+        # timing: per simulation condition id, (t0, changes) (PEtab v2's periods)
+        self.timing = timing or {}
         self.path = path
         self.model = model
         self.parameters = parameters
@@ -276,13 +312,17 @@ class _Builder:
             experiments = [
                 dataclasses.replace(
                     e,
-                    changes=model.changes(
-                        {
-                            **fixed,
-                            **estimated,
-                            **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
-                        },
-                        t0=e.t0,
+                    changes=_merged(
+                        e.changes,
+                        model.changes(
+                            {
+                                **fixed,
+                                **estimated,
+                                **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
+                            },
+                            t0=e.t0,
+                        ),
+                        f"{self.path}: {e.name}",
                     ),
                 )
                 for e in experiments
@@ -376,15 +416,17 @@ class _Builder:
                 name = f"{pre} -> {sim}"
             else:
                 pre_settings, reset, name = None, (), sim
+            t0, changes = self.timing.get(sim, (0.0, None))
             experiments.append(
                 Experiment(
                     data,
                     y0=initial,
-                    t0=0.0,
+                    t0=t0,
                     set=settings,
                     pre_equilibrate=pre_settings,
                     reinitialize=reset,
                     name=name,
+                    changes=changes,
                 )
             )
         return experiments
@@ -479,6 +521,10 @@ class _InitialState:
 # PEtab v1's objective priors: (numpyro distribution of the two parameters, on the scale?). The
 # plain kinds are densities of the natural value; the parameterScale* kinds of the value on the
 # parameter's scale (log10 k for a log10 parameter), as libpetab and pyPESTO evaluate them.
+# the prior kinds only PEtab v2 has (its rows come from petab_v2, marked truncateToBounds)
+_V2_PRIORS = ("logUniform", "cauchy", "chisquare", "exponential", "gamma", "rayleigh")
+
+
 def _prior(row) -> tuple:
     kind = str(row.get("objectivePriorType", "")).strip()
     if kind in ("", "nan"):
@@ -487,25 +533,74 @@ def _prior(row) -> tuple:
 
     text = str(row.get("objectivePriorParameters", "")).strip()
     values = [_number(v) for v in text.split(";")] if text not in ("", "nan") else []
-    if len(values) != 2 or any(v is None for v in values):
-        raise PetabError(
-            f"objectivePriorType {kind} needs objectivePriorParameters 'a;b' (two numbers), "
-            f"got {text!r}"
-        )
-    kinds = {  # kind: (distribution of (a, b), of the value on its scale)
-        "uniform": (dist.Uniform, False),
-        "normal": (dist.Normal, False),
-        "laplace": (dist.Laplace, False),
-        "logNormal": (dist.LogNormal, False),
-        "logLaplace": (_log_laplace, False),
-        "parameterScaleUniform": (dist.Uniform, True),
-        "parameterScaleNormal": (dist.Normal, True),
-        "parameterScaleLaplace": (dist.Laplace, True),
+    kinds = {  # kind: (distribution of its parameters, of the value on its scale, how many)
+        "uniform": (dist.Uniform, False, 2),
+        "normal": (dist.Normal, False, 2),
+        "laplace": (dist.Laplace, False, 2),
+        "logNormal": (dist.LogNormal, False, 2),
+        "logLaplace": (_log_laplace, False, 2),
+        "parameterScaleUniform": (dist.Uniform, True, 2),
+        "parameterScaleNormal": (dist.Normal, True, 2),
+        "parameterScaleLaplace": (dist.Laplace, True, 2),
+        # PEtab v2's further kinds (petab_v2), in its parametrisation
+        "logUniform": (dist.LogUniform, False, 2),
+        "cauchy": (dist.Cauchy, False, 2),
+        "chisquare": (dist.Chi2, False, 1),
+        "exponential": (lambda scale: dist.Exponential(1.0 / scale), False, 1),
+        "gamma": (lambda shape, scale: dist.Gamma(shape, 1.0 / scale), False, 2),
+        # Rayleigh(σ) is Weibull(scale σ√2, shape 2) (numpyro has no Rayleigh)
+        "rayleigh": (lambda s: dist.Weibull(s * 2.0**0.5, 2.0), False, 1),
     }
-    if kind not in kinds:
-        raise PetabError(f"objectivePriorType {kind!r} is not one of {sorted(kinds)}")
-    distribution, on_scale = kinds[kind]
-    return distribution(*values), on_scale
+    v2 = str(row.get("truncateToBounds", "")) == "1"
+    if kind not in kinds or (not v2 and kind in _V2_PRIORS):
+        names = sorted(k for k in kinds if v2 or k not in _V2_PRIORS)
+        raise PetabError(f"objectivePriorType {kind!r} is not one of {names}")
+    distribution, on_scale, count = kinds[kind]
+    if len(values) != count or any(v is None for v in values):
+        raise PetabError(
+            f"prior {kind} needs {count} number(s) as its parameters (';' between), got {text!r}"
+        )
+    prior = distribution(*values)
+    if v2:  # PEtab v2's priors are truncated to the bounds
+        prior = TruncatedToBounds(prior, _number(row["lowerBound"]), _number(row["upperBound"]))
+    return prior, on_scale
+
+
+def TruncatedToBounds(base, low: float, high: float):
+    """`base` renormalised to [low, high] (PEtab v2's truncated priors): its log-density less
+    log(F(high) − F(low)), the probability it gives the bounds (computed once, on the host);
+    `base` itself where that is 1. Only its density is used (fits, `ds.sample`'s target)."""
+    import numpy as np
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    def cdf(x, outside):
+        if not np.isfinite(x):
+            return outside
+        value = float(base.cdf(jnp.asarray(x)))
+        return value if np.isfinite(value) else outside
+
+    mass = cdf(high, 1.0) - cdf(low, 0.0)
+    if not 0.0 < mass < 1.0:
+        return base
+
+    class _Truncated(dist.Distribution):
+        arg_constraints = {"low": constraints.real, "high": constraints.real}
+        support = constraints.real
+
+        def __init__(self):
+            self.base_dist, self.low, self.high = base, low, high
+            super().__init__(batch_shape=(), event_shape=())
+
+        def log_prob(self, x):
+            inside = (x >= self.low) & (x <= self.high)
+            return jnp.where(inside, self.base_dist.log_prob(x) - np.log(mass), -jnp.inf)
+
+        def sample(self, key, sample_shape=()):
+            raise NotImplementedError("a prior truncated to bounds is a density only")
+
+    _Truncated.__name__ = "TruncatedToBounds"
+    return _Truncated()
 
 
 def _log_laplace(a, b):

@@ -87,6 +87,8 @@ class SBMLModel(AbstractODE):
     def vector_field(self, t, y, args=None):
         env = self.environment(t, y, self.params)
         dtype = jnp.result_type(y)
+        if not self.structure.rates:  # a model of constant parameters alone
+            return jnp.zeros((0,), dtype)
         return jnp.stack([jnp.asarray(rate(env), dtype) for rate in self.structure.rates])
 
     def environment(self, t, y, params: Mapping) -> dict:
@@ -149,7 +151,7 @@ class SBMLModel(AbstractODE):
                         f"{source}: two events assign {variable} at t = {time:g} (event {eid})"
                     )
                 if variable in self.structure.states:
-                    changes[variable] = _EventAssignment(self, compiled, time)
+                    changes[variable] = StateAssignment(self, compiled, time)
                 elif expr.is_number:
                     changes[variable] = float(expr)
                 elif expr.is_Symbol and expr.name in self.params:
@@ -190,11 +192,14 @@ class SBMLModel(AbstractODE):
                     f"{self.structure.source}: {name} has no initial value (none in the file, "
                     "no initial assignment, none given)"
                 )
+        if not self.structure.states:
+            return jnp.zeros((0,), dtype)
         return jnp.stack([jnp.asarray(env[name], dtype) for name in self.structure.states])
 
 
-class _EventAssignment:
-    """A species' new value at an event: its expression at (event time, state, parameters)."""
+class StateAssignment:
+    """A species' new value at a change (an SBML event, a PEtab v2 period): a compiled
+    expression evaluated at (the change's time, the state and parameters just before it)."""
 
     def __init__(self, model: SBMLModel, compiled: Callable, time: float):
         self.model, self.compiled, self.time = model, compiled, time

@@ -1,0 +1,306 @@
+"""PEtab v2 problems, read by turning their tables into v1's shape for `petab._Builder`.
+
+What v2 changes, and how it is read:
+
+- the parameter table has no scales (every parameter is on the linear scale), `estimate` is
+  true/false, and priors are `priorDistribution` / `priorParameters` of the natural value:
+  normal, laplace, log-normal, log-laplace, uniform as v1's, and log-uniform (a, b), cauchy
+  (location, scale), chisquare (degrees of freedom), exponential (scale), gamma (shape,
+  scale), rayleigh (scale), each truncated to the parameter's bounds (renormalised to them,
+  as v2 prescribes); an estimated parameter without one has v2's implicit prior, uniform
+  within its bounds;
+- the observable table names its placeholders (`observablePlaceholders`, `noisePlaceholders`)
+  and gives the noise as `noiseDistribution` normal, laplace, log-normal, log-laplace: the
+  placeholders become v1's `observableParameter<i>_<observable>` and the distribution v1's
+  transformation × distribution;
+- conditions are a long table (`conditionId`, `targetId`, `targetValue`) and an experiment
+  table orders them in periods (`experimentId`, `time`, `conditionId`): a period at −inf is
+  the pre-equilibration, the first finite one starts the simulation at its time (t0), and
+  each later one is a change at its time (`ds.Experiment(changes=...)`: species set to a
+  number, a parameter or an expression of the state and parameters just before it;
+  parameters to a number or another parameter). Conditions of one period are merged.
+
+Not read, refused naming the entry: mapping tables that rename, several models, a
+condition's value that is an expression for a parameter or compartment or for a species at
+the start, a compartment changed after the start, prior distributions other than the eleven
+above.
+"""
+
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .expressions import compile_expression, ExpressionError, parse_formula
+from .petab_tables import PetabError, read_tables
+from .sbml import StateAssignment
+
+# v2 noise distributions as v1's (transformation, distribution)
+_NOISE = {
+    "normal": ("lin", "normal"),
+    "laplace": ("lin", "laplace"),
+    "log-normal": ("log", "normal"),
+    "log-laplace": ("log", "laplace"),
+    "log10-normal": ("log10", "normal"),
+    "log10-laplace": ("log10", "laplace"),
+}
+# v2 prior distributions as the kinds `petab._prior` reads (v1's names where v1 has them)
+_PRIORS = {
+    "normal": "normal",
+    "laplace": "laplace",
+    "log-normal": "logNormal",
+    "log-laplace": "logLaplace",
+    "uniform": "uniform",
+    "log-uniform": "logUniform",
+    "cauchy": "cauchy",
+    "chisquare": "chisquare",
+    "exponential": "exponential",
+    "gamma": "gamma",
+    "rayleigh": "rayleigh",
+}
+_NAME = re.compile(r"[A-Za-z_]\w*\Z")
+
+
+def read(path: Path, config: Mapping):
+    """(the SBML model, the v1-shaped tables: parameters, conditions, measurements,
+    observables, the files read, and per simulation condition id its (t0, changes))."""
+    import pandas as pd
+
+    from .sbml import load as load_sbml
+
+    folder = path.parent
+    models = config.get("model_files") or {}
+    if len(models) != 1:
+        raise PetabError(f"{path}: one model under 'model_files' expected, got {list(models)}")
+    (entry,) = models.values()
+    if str(entry.get("language", "sbml")).lower() != "sbml":
+        raise PetabError(f"{path}: the model's language {entry.get('language')!r} is not sbml")
+    sbml_file = folder / entry["location"]
+    model = load_sbml(sbml_file)
+
+    def files(key):
+        names = config.get(key) or []
+        names = [names] if isinstance(names, str) else names
+        return [folder / name for name in names]
+
+    for table in [read_tables([f], path, "mapping_files") for f in files("mapping_files")]:
+        # rows that only name an entity (no model entity, or the same id) change nothing
+        for _, row in table.iterrows():
+            petab_id = str(row.get("petabEntityId", "")).strip()
+            model_id = str(row.get("modelEntityId", "")).strip()
+            if model_id not in ("", petab_id):
+                raise PetabError(
+                    f"{path}: the mapping table maps {petab_id} to {model_id}; mappings to "
+                    "other ids are not supported yet"
+                )
+    parameters = read_tables(files("parameter_files"), path, "parameter_files")
+    measurements = read_tables(files("measurement_files"), path, "measurement_files")
+    observables = read_tables(files("observable_files"), path, "observable_files")
+    empty_conditions = pd.DataFrame(columns=["conditionId", "targetId", "targetValue"])
+    conditions = (
+        read_tables(files("condition_files"), path, "condition_files")
+        if files("condition_files")
+        else empty_conditions
+    )
+    experiments = (
+        read_tables(files("experiment_files"), path, "experiment_files")
+        if files("experiment_files")
+        else pd.DataFrame(columns=["experimentId", "time", "conditionId"])
+    )
+    used = (
+        [path, sbml_file]
+        + files("parameter_files")
+        + files("condition_files")
+        + files("experiment_files")
+        + files("measurement_files")
+        + files("observable_files")
+    )
+    parameters = _parameters(parameters, path)
+    observables = _observables(observables, path)
+    wide, measurements, timing = _periods(
+        model, conditions, experiments, measurements, path, set(parameters["parameterId"])
+    )
+    return model, parameters, wide, measurements, observables, used, timing
+
+
+def _parameters(table, path):
+    rows = table.copy()
+    rows["parameterScale"] = "lin"
+    flags = {"true": "1", "false": "0", "1": "1", "0": "0"}
+    estimate = rows["estimate"].str.strip().str.lower()
+    bad = [f for f in estimate if f not in flags]
+    if bad:
+        raise PetabError(f"{path}: 'estimate' must be true or false, got {bad[0]!r}")
+    rows["estimate"] = [flags[f] for f in estimate]
+    kinds = []
+    for name, kind in zip(rows["parameterId"], rows.get("priorDistribution", [""] * len(rows))):
+        kind = str(kind).strip()
+        if kind in ("", "nan"):
+            kinds.append("")
+        elif kind in _PRIORS:
+            kinds.append(_PRIORS[kind])
+        else:
+            raise PetabError(
+                f"{path}: parameter {name.strip()}: prior {kind!r} is not supported (one of "
+                f"{sorted(_PRIORS)})"
+            )
+    parameters_of = list(rows.get("priorParameters", [""] * len(rows)))
+    for i, (kind, flag) in enumerate(zip(kinds, rows["estimate"])):
+        low, high = (str(rows[c].iloc[i]).strip() for c in ("lowerBound", "upperBound"))
+        if not kind and flag == "1" and _finite(low) and _finite(high):
+            # v2's implicit prior: uniform within the bounds (a constant there)
+            kinds[i], parameters_of[i] = "uniform", f"{low};{high}"
+    rows["objectivePriorType"] = kinds
+    rows["objectivePriorParameters"] = parameters_of
+    rows["truncateToBounds"] = "1"
+    return rows
+
+
+def _observables(table, path):
+    rows = table.copy()
+    transformations, distributions, formulas, noises = [], [], [], []
+    for _, row in rows.iterrows():
+        oid = row["observableId"].strip()
+        kind = str(row.get("noiseDistribution", "") or "normal").strip() or "normal"
+        if kind not in _NOISE:
+            raise PetabError(f"{path}: observable {oid}: noise {kind!r} is not supported")
+        transformation, distribution = _NOISE[kind]
+        transformations.append(transformation)
+        distributions.append(distribution)
+        formula, noise = str(row["observableFormula"]), str(row["noiseFormula"])
+        for column, prefix in (
+            ("observablePlaceholders", "observableParameter"),
+            ("noisePlaceholders", "noiseParameter"),
+        ):
+            names = [n.strip() for n in str(row.get(column, "") or "").split(";") if n.strip()]
+            for i, name in enumerate(names, start=1):
+                pattern = rf"(?<![\w.]){re.escape(name)}(?![\w(])"
+                formula = re.sub(pattern, f"{prefix}{i}_{oid}", formula)
+                noise = re.sub(pattern, f"{prefix}{i}_{oid}", noise)
+        # a noise formula may read the observable itself (its simulated value)
+        noise = re.sub(rf"(?<![\w.]){re.escape(oid)}(?![\w(])", f"({formula})", noise)
+        formulas.append(formula)
+        noises.append(noise)
+    rows["observableTransformation"] = transformations
+    rows["noiseDistribution"] = distributions
+    rows["observableFormula"] = formulas
+    rows["noiseFormula"] = noises
+    return rows
+
+
+def _periods(model, conditions, experiments, measurements, path, parameter_ids):
+    """The condition table in v1's wide shape with one simulation condition (and one
+    pre-equilibration condition) per experiment, the measurement table pointing at them, and
+    per simulation condition (t0, changes)."""
+    import pandas as pd
+
+    targets: dict[str, dict] = {}
+    for _, row in conditions.iterrows():
+        cid, target = row["conditionId"].strip(), row["targetId"].strip()
+        targets.setdefault(cid, {})[target] = str(row["targetValue"]).strip()
+    periods: dict[str, dict] = {}
+    for _, row in experiments.iterrows():
+        eid, cid = row["experimentId"].strip(), str(row["conditionId"]).strip()
+        time = float(row["time"])
+        if cid and cid not in targets:
+            raise PetabError(
+                f"{path}: experiment {eid} names condition {cid!r}, which is undefined"
+            )
+        merged = periods.setdefault(eid, {}).setdefault(time, {})
+        for target, value in targets.get(cid, {}).items():
+            if target in merged and merged[target] != value:
+                raise PetabError(
+                    f"{path}: experiment {eid} sets {target} twice at t = {time:g} "
+                    f"({merged[target]!r}, {value!r})"
+                )
+            merged[target] = value
+    species = set(model.state_names)
+    compartments = {c for c in model.params if c not in parameter_ids}
+    rows, timing = [], {}
+    eids = (
+        measurements["experimentId"].str.strip()
+        if "experimentId" in measurements.columns
+        else pd.Series([""] * len(measurements))
+    )
+    pre_ids, sim_ids = [], []
+    for eid in eids:
+        if eid and eid not in periods:
+            raise PetabError(f"{path}: a measurement names experiment {eid!r}, which is undefined")
+        sim = f"{eid} (simulation)" if eid else ""
+        pre = f"{eid} (pre-equilibration)" if -math.inf in periods.get(eid, {}) else ""
+        pre_ids.append(pre)
+        sim_ids.append(sim)
+        if sim in timing or (not eid and "" in timing):
+            continue
+        times = sorted(t for t in periods.get(eid, {}) if t > -math.inf)
+        t0 = times[0] if times else 0.0
+        start = periods.get(eid, {}).get(t0, {}) if times else {}
+        for target, value in start.items():
+            _check_value(target, value, path, eid, species, initial=True)
+        rows.append({"conditionId": sim, **start})
+        if pre:
+            rows.append({"conditionId": pre, **periods[eid][-math.inf]})
+        changes = [
+            (t, _changes(model, periods[eid][t], t, path, eid, species, compartments))
+            for t in times[1:]
+        ]
+        timing[sim] = (t0, changes or None)
+    wide = pd.DataFrame(rows).fillna("")
+    if "conditionId" not in wide.columns:
+        wide = pd.DataFrame({"conditionId": [""]})
+    table = measurements.copy()
+    table["preequilibrationConditionId"] = pre_ids
+    table["simulationConditionId"] = sim_ids
+    return wide, table, timing
+
+
+def _check_value(target, value, path, eid, species, initial):
+    if _is_number(value) or _NAME.match(value):
+        return
+    if not (initial and target in species):
+        raise PetabError(
+            f"{path}: experiment {eid} sets {target} to the expression {value!r}; "
+            "expressions are read only for species after the start (numbers or a "
+            "parameter's id elsewhere)"
+        )
+    raise PetabError(
+        f"{path}: experiment {eid} sets species {target} at its start to the expression "
+        f"{value!r}, which is not supported yet (a number or a parameter's id)"
+    )
+
+
+def _changes(model, assignments: dict, time: float, path, eid, species, compartments) -> dict:
+    out = {}
+    for target, value in assignments.items():
+        if target in compartments:
+            raise PetabError(
+                f"{path}: experiment {eid} changes compartment {target} at t = {time:g}; "
+                "compartments of changing size are not supported"
+            )
+        if _is_number(value):
+            out[target] = float(value)
+        elif _NAME.match(value):
+            out[target] = value
+        elif target in species:
+            try:
+                compiled = compile_expression(
+                    parse_formula(value, f"{path}: experiment {eid}, {target}"), value
+                )
+            except ExpressionError as error:
+                raise PetabError(str(error)) from None
+            out[target] = StateAssignment(model, compiled, time)
+        else:
+            _check_value(target, value, path, eid, species, initial=False)
+    return out
+
+
+def _finite(text: str) -> bool:
+    return _is_number(text) and math.isfinite(float(text))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
