@@ -613,7 +613,7 @@ def test_params_by_name_reach_ode_dict_entries_and_nested_fields():
     # a network inside the model: not a parameter ds.fit estimates; the message says how to
     # train it
     network = _Falling(eqx.nn.Linear(1, 1, key=jax.random.key(0)))
-    with pytest.raises(ValueError, match="is a Linear with 2 weights.*optax.*hybrid-models"):
+    with pytest.raises(ValueError, match="is a Linear with 2 weights.*ds.train.*hybrid-models"):
         ds.fit(network, jnp.array([2.0]), (ts, ys), params="drag")
 
 

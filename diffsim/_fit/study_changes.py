@@ -133,12 +133,18 @@ def signature(changes: tuple) -> tuple:
     return (
         len(changes),
         tuple(
-            (j + 1, i, id(v))
+            (j + 1, i, _identity(v))
             for j, change in enumerate(changes)
             for i, v in sorted(change.states.items())
             if callable(v)
         ),
     )
+
+
+def _identity(fn):
+    """A function's key for batching: itself where it defines equality (an SBML or PEtab
+    assignment: equal when the same expression acts at the same time), else its identity."""
+    return fn if type(fn).__eq__ is not object.__eq__ else id(fn)
 
 
 def segment_of(changes: tuple, times) -> np.ndarray:

@@ -180,23 +180,19 @@ def _number(text):
 
 def _load_sciml(path: Path, config: Mapping, solver) -> Problem:
     """A PEtab-SciML problem (`petab_sciml`): its tables in v1's shape, read as v1's."""
-    model, parameters, conditions, measurements, observables, files = read_sciml(path, config)
-    builder = _Builder(path, model, parameters, conditions, measurements, observables)
-    problem = builder.problem(solver)
-    problem.source = dict(
-        petab=str(path),
-        files=files,
-        measurement_order=builder.order,
-        measurements=measurements,
-        initialization_priors={},
-    )
-    return problem
+    return _v1_shaped(path, solver, *read_sciml(path, config))
 
 
 def _load_v2(path: Path, config: Mapping, solver) -> Problem:
     """A PEtab v2 problem (`petab_v2`): its tables in v1's shape, its experiments' start times
     and later periods as `t0` and changes."""
-    model, parameters, conditions, measurements, observables, files, timing = read_v2(path, config)
+    return _v1_shaped(path, solver, *read_v2(path, config))
+
+
+def _v1_shaped(
+    path, solver, model, parameters, conditions, measurements, observables, files, timing=None
+) -> Problem:
+    """The problem of tables another format's reader put in v1's shape."""
     builder = _Builder(path, model, parameters, conditions, measurements, observables, timing)
     problem = builder.problem(solver)
     problem.source = dict(

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from .expressions import compile_expression, ExpressionError, parse_formula
-from .petab_tables import PetabError, read_tables
+from .petab_tables import PetabError, read_tables, v2_files, v2_model_file
 from .sbml import SBMLModel
 
 
@@ -132,21 +132,11 @@ def read(path: Path, config: Mapping):
     from .sbml import load as load_sbml
 
     folder = path.parent
-    models = config.get("model_files") or {}
-    if len(models) != 1:
-        raise PetabError(f"{path}: one model under 'model_files' expected, got {list(models)}")
-    (model_entry,) = models.values()
-    if str(model_entry.get("language", "sbml")).lower() != "sbml":
-        raise PetabError(
-            f"{path}: the model's language {model_entry.get('language')!r} is not sbml"
-        )
-    sbml_file = folder / model_entry["location"]
+    sbml_file = v2_model_file(path, config)
     base = load_sbml(sbml_file)
 
     def tables(key):
-        names = config.get(key) or []
-        names = [names] if isinstance(names, str) else names
-        return [folder / name for name in names]
+        return v2_files(path, config, key)
 
     for key in ("condition_files", "experiment_files"):
         if tables(key):

@@ -1,4 +1,5 @@
-"""What the PEtab readers (`petab`, `petab_sciml`) share: their error and how a table is read."""
+"""What the PEtab readers (`petab`, `petab_v2`, `petab_sciml`) share: their error, how a table
+is read, and how a v2 YAML file names its model and tables."""
 
 from pathlib import Path
 
@@ -28,3 +29,21 @@ def concat_tables(tables):
 def read_tables(files: list, path, key):
     """The tables of `files` (listed under `key` of the YAML file `path`) as one."""
     return concat_tables([read_table(f, path, key) for f in files])
+
+
+def v2_model_file(path: Path, config) -> Path:
+    """The one SBML file a v2 YAML file (`config`, read from `path`) names."""
+    models = config.get("model_files") or {}
+    if len(models) != 1:
+        raise PetabError(f"{path}: one model under 'model_files' expected, got {list(models)}")
+    (entry,) = models.values()
+    if str(entry.get("language", "sbml")).lower() != "sbml":
+        raise PetabError(f"{path}: the model's language {entry.get('language')!r} is not sbml")
+    return path.parent / entry["location"]
+
+
+def v2_files(path: Path, config, key: str) -> list:
+    """The files a v2 YAML file lists under `key` (a name or a list of names)."""
+    names = config.get(key) or []
+    names = [names] if isinstance(names, str) else names
+    return [path.parent / name for name in names]

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .expressions import compile_expression, ExpressionError, parse_formula
-from .petab_tables import PetabError, read_tables
+from .petab_tables import PetabError, read_tables, v2_files, v2_model_file
 from .sbml import StateAssignment
 
 # v2 noise distributions as v1's (transformation, distribution)
@@ -68,20 +68,11 @@ def read(path: Path, config: Mapping):
 
     from .sbml import load as load_sbml
 
-    folder = path.parent
-    models = config.get("model_files") or {}
-    if len(models) != 1:
-        raise PetabError(f"{path}: one model under 'model_files' expected, got {list(models)}")
-    (entry,) = models.values()
-    if str(entry.get("language", "sbml")).lower() != "sbml":
-        raise PetabError(f"{path}: the model's language {entry.get('language')!r} is not sbml")
-    sbml_file = folder / entry["location"]
+    sbml_file = v2_model_file(path, config)
     model = load_sbml(sbml_file)
 
     def files(key):
-        names = config.get(key) or []
-        names = [names] if isinstance(names, str) else names
-        return [folder / name for name in names]
+        return v2_files(path, config, key)
 
     for table in [read_tables([f], path, "mapping_files") for f in files("mapping_files")]:
         # rows that only name an entity (no model entity, or the same id) change nothing

@@ -204,6 +204,17 @@ class StateAssignment:
     def __init__(self, model: SBMLModel, compiled: Callable, time: float):
         self.model, self.compiled, self.time = model, compiled, time
 
+    # equal assignments (the same expression at the same time) let experiments batch together
+    # (`study_changes.signature`)
+    def _key(self):
+        return (id(self.model.structure), id(self.compiled), self.time)
+
+    def __eq__(self, other):
+        return isinstance(other, StateAssignment) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
     def __call__(self, y, p):
         env = self.model.environment(jnp.asarray(self.time, jnp.result_type(y)), y, p)
         return self.compiled(env)
