@@ -411,6 +411,24 @@ def test_changes_after_a_pre_equilibration_start_from_the_rest():
     )
 
 
+def test_a_name_in_a_change_means_that_parameters_value_just_before_it():
+    """y' = k_in (k_out = 0): the experiment sets level = 5 (its base value is 2); at t = 1
+    the state is set to level and k_in to level; at t = 2 level becomes 7 and the state is
+    set to level as it was just before (5, as SBML evaluates an event's assignments):
+    y(1.5) = 5 + 0.5·5, y(3) = 5 + 1·5."""
+    model = _Turnover(jnp.array(0.0), jnp.array(0.0), jnp.array(0.0))
+    experiment = ds.Experiment(
+        _long([1.5, 3.0], "y", [1.0, 1.0]),
+        y0=jnp.array([1.0]),
+        set={"level": 5.0},
+        changes=[(1.0, {0: "level", "k_in": "level"}), (2.0, {"level": 7.0, 0: "level"})],
+    )
+    observables = {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
+    unknowns = {"level": ds.Unknown(2.0, estimate=False), "k_out": 0.0}
+    problem = ds.Problem(model, [experiment], observables, unknowns)
+    np.testing.assert_allclose(problem.predictions()[0]["prediction"], [7.5, 10.0], rtol=1e-9)
+
+
 def test_bad_changes_are_refused_naming_the_change():
     model = _Turnover(jnp.array(1.0), jnp.array(1.0), jnp.array(0.0))
     data = _long([1.0, 2.0], "y", [1.0, 1.0])

@@ -177,6 +177,13 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     assert time == 1.0 and assignments["A"](jnp.array([5.0]), timed.params) == 2.0
     assert [t for t, _ in timed.changes(t0=1.5)] == [1.5]
     assert timed.changes(t0=1.5, values={"unused": 1.0})[0][0] == 1.5
+    # with initialValue true it fires only by a transition: `time > 1` goes false -> true
+    # just after t0 = 1, but is true throughout from t0 = 1.5
+    true_start = ds.sbml.load(
+        _write(tmp_path, event.replace('initialValue="false"', 'initialValue="true"'), "t.xml")
+    )
+    assert [t for t, _ in true_start.changes(t0=1.0)] == [1.0]
+    assert true_start.changes(t0=1.5) == []
     # one triggered by the state is not
     by_state = event.replace(
         '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>',

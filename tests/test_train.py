@@ -99,3 +99,23 @@ def test_bad_training_requests_are_refused_with_what_to_do():
         ds.train(train, "net", validation="held out", progress=False)
     with pytest.raises(ValueError, match="networks='net'"):
         ds.train(train, [], progress=False)
+
+
+def test_a_step_into_a_failed_solve_is_taken_back_and_the_next_is_shorter():
+    """A loss that is NaN from x = 1 on (a solve failing there), its minimum at 2 beyond:
+    Adam at step 0.5 from x = 0 steps past 1; each such step is taken back and the factor on
+    the updates halved, so the iterate approaches 1 from below instead of stalling."""
+    import optax
+
+    from diffsim._fit.study_train import _chunk
+
+    def parts(params):
+        x = params[0]
+        return jnp.where(x < 1.0, (x - 2.0) ** 2, jnp.nan), jnp.zeros(())
+
+    optimizer = optax.adam(0.5)
+    params = (jnp.zeros(()),)
+    carry = (params, optimizer.init(params), params, jnp.ones(()))
+    carry, _, bad = _chunk(parts, lambda p: p, optimizer, "adam", 200, carry)
+    x = float(carry[2][0])  # the last finite point
+    assert 0.9 < x < 1.0 and int(bad) > 0

@@ -198,6 +198,7 @@ class Experiment:
       from that time on (an input switched on, a rate that changes); a state's name (or
       index) is set to a number, a parameter's value, or `fn(y, p)` of the state and
       parameters just before the change (a dose: `{"A": lambda y, p: y[0] + p["dose"]}`).
+      A parameter's name as a value means its value just before the change.
       The solver stops at every change; a measurement at a change's time sees the state
       after it.
     - `name`: a label for tables and plots (default `"experiment <i>"`).
@@ -724,14 +725,27 @@ def build_tables(problem: Problem) -> Tables:
             raise ValueError(f"{where} = {number} is not finite")
         return CONSTANT, 0, number
 
-    def settings(overrides: Mapping | None, where: str, start=None):
+    def settings(overrides: Mapping | None, where: str, start=None, current=False):
+        """Settings from `start` (default the base) with `overrides`; with `current`, a
+        name in them takes that parameter's value in `start` (a change at a time sees the
+        values just before it), else its base value (as `set` does)."""
         kind = base_kind.copy() if start is None else start[0].copy()
         index = base_index.copy() if start is None else start[1].copy()
         constant = base_constant.copy() if start is None else start[2].copy()
         for key, value in (overrides or {}).items():
             k = position[key]
-            kind[k], index[k], constant[k] = resolve(value, f"{where}[{key!r}]")
+            if current:
+                kind[k], index[k], constant[k] = resolve_in(value, start, f"{where}[{key!r}]")
+            else:
+                kind[k], index[k], constant[k] = resolve(value, f"{where}[{key!r}]")
         return kind, index, constant
+
+    def resolve_in(value, current, where):
+        """A value's source where a name takes the parameter's value in `current` settings."""
+        if isinstance(value, str):
+            k = position[value]
+            return current[0][k], current[1][k], current[2][k]
+        return resolve(value, where)
 
     per_experiment, per_pre, per_segment = [], [], []
     for experiment, label, changes in zip(
@@ -742,7 +756,7 @@ def build_tables(problem: Problem) -> Tables:
         segments = [own]
         for change in changes:
             where = f"{label}'s change at t = {change.time:g}"
-            segments.append(settings(change.parameters, where, start=segments[-1]))
+            segments.append(settings(change.parameters, where, start=segments[-1], current=True))
         per_segment.append(segments)
         pre = experiment.pre_equilibrate
         if pre is None or pre is False:
@@ -791,7 +805,8 @@ def build_tables(problem: Problem) -> Tables:
         per_pre,
         offsets,
         per_segment,
-        lambda value: resolve(value, "a change's value"),
+        # a state set to a parameter's name takes its value just before the change
+        lambda value, before: resolve_in(value, before, "a change's value"),
     )
     lower, upper = [], []
     for name in problem.names:
@@ -1094,7 +1109,12 @@ def _changing_group(problem, members, per_pre, offsets, per_segment, resolve) ->
         for e in members
     ]
     width = max(2, max(len(g) for member in grids for g in member))
-    assignments = [state_assignments(problem.changes[e], size, resolve) for e in members]
+    assignments = [
+        state_assignments(
+            problem.changes[e], size, lambda value, j, e=e: resolve(value, per_segment[e][j - 1])
+        )
+        for e in members
+    ]
     row_member, row_time, row_ids = [], [], []
     for m, e in enumerate(members):
         times = problem.rows[e].time

@@ -18,7 +18,7 @@ pre-equilibration).
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -142,9 +142,16 @@ def signature(changes: tuple) -> tuple:
 
 
 def _identity(fn):
-    """A function's key for batching: itself where it defines equality (an SBML or PEtab
-    assignment: equal when the same expression acts at the same time), else its identity."""
-    return fn if type(fn).__eq__ is not object.__eq__ else id(fn)
+    """A function's key for batching: itself where it defines equality and a hash (an SBML
+    or PEtab assignment: equal when the same expression acts at the same time), else its
+    identity."""
+    if type(fn).__eq__ is object.__eq__:
+        return id(fn)
+    try:
+        hash(fn)
+    except TypeError:
+        return id(fn)
+    return fn
 
 
 def segment_of(changes: tuple, times) -> np.ndarray:
@@ -182,7 +189,9 @@ class SegmentTables:
 
 def state_assignments(changes: tuple, size: int, resolve) -> tuple:
     """(assigned (segments, n) bool, (kind, index, constant) each (segments, n)) of the
-    states the changes set to numbers or parameters' values; segment 0 assigns none."""
+    states the changes set to numbers or parameters' values (`resolve(value, j)`: the source
+    of a value of change j, a name read in the settings just before it); segment 0 assigns
+    none."""
     segments = len(changes) + 1
     assigned = np.zeros((segments, size), bool)
     kind = np.zeros((segments, size), np.int32)
@@ -193,7 +202,7 @@ def state_assignments(changes: tuple, size: int, resolve) -> tuple:
             if callable(value):
                 continue
             assigned[j, i] = True
-            kind[j, i], index[j, i], constant[j, i] = resolve(value)
+            kind[j, i], index[j, i], constant[j, i] = resolve(value, j)
     return assigned, (kind, index, constant)
 
 
@@ -202,16 +211,5 @@ def functions_of(changes: tuple) -> tuple:
         (j, i, value)
         for j, change in enumerate(changes, start=1)
         for i, value in sorted(change.states.items())
-        if callable(value)
-    )
-
-
-def callables_read(changes_per_experiment, name: str, reads: Callable) -> bool:
-    """Whether any change's function reads parameter `name` (`reads(fn, name)`)."""
-    return any(
-        reads(value, name)
-        for changes in changes_per_experiment
-        for change in changes
-        for value in change.states.values()
         if callable(value)
     )

@@ -178,17 +178,32 @@ def _run_segments(problem, functions, start, segments, base):
     values, assigned, new_values, times, end = segments
     previous = jnp.concatenate([values[:1], values[:-1]])  # each change sees the values before
 
+    segments = values.shape[0]
+
+    def by_function(at):
+        """Segment `at`'s assignments by functions of the state before it."""
+
+        def apply(changed, y, p):
+            for when, i, fn in functions:
+                if when == at:
+                    changed = changed.at[i].set(jnp.asarray(fn(y, p), y.dtype))
+            return changed
+
+        return apply
+
+    # one branch per segment (the index is the scan's, not batched): each evaluates only its
+    # own functions, so one singular at another segment's state cannot poison a gradient
+    branches = [by_function(at) for at in range(segments)]
+
     def segment(y, inputs):
         j, own, before, assign, new, ts, stop = inputs
         changed = jnp.where(assign, new, y)
-        p = parameters_dict(problem, before)
-        for at, i, fn in functions:
-            value = jnp.asarray(fn(y, p), y.dtype)
-            changed = changed.at[i].set(jnp.where(j == at, value, changed[i]))
+        if functions:
+            changed = jax.lax.switch(j, branches, changed, y, parameters_dict(problem, before))
         ys = _solve(problem, simulation_model(problem, own, base), changed, ts)
         return ys[stop], ys
 
-    steps = jnp.arange(values.shape[0])
+    steps = jnp.arange(segments)
     _, ys = jax.lax.scan(
         segment, start, (steps, values, previous, assigned, new_values, times, end)
     )

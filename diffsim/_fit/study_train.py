@@ -5,10 +5,11 @@ gradient by the reverse pass through the solver), then optionally L-BFGS to poli
 early stopping on a validation problem.
 
 The steps run in compiled chunks (`lax.scan` of `every` steps: one program per phase, however
-many steps); between chunks the host records the losses, checks the validation problem,
-keeps the best state and advances the progress bar. A step whose loss or gradient is not
-finite (a solve failed at an absurd network) is skipped, the optimiser's state kept, and the
-mechanistic unknowns move on their scales and are held within their bounds.
+many steps); between chunks the host records the log-likelihood, checks the validation
+problem, keeps the best state and advances the progress bar. A step that lands where the loss
+or gradient is not finite (a solve failed at an absurd network) is taken back and the next one
+from the last finite point is shorter; the mechanistic unknowns move on their scales and are
+held within their bounds.
 
 Why by hand around optax: optax gives the updates; the loop around them, which knows the
 problem's scales, bounds, validation and progress, is this module.
@@ -138,12 +139,12 @@ def train(
         ]
         return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
 
-    def loss(params):
+    def parts(params):
+        """(negative log-likelihood, negative log-prior)."""
         scaled, weights = params
-        nll, prior = negative_log_likelihood(
+        return negative_log_likelihood(
             problem, to_natural_values(scaled, tables.scales), model=model_of(weights)
         )
-        return nll + prior
 
     def project(params):
         scaled, weights = params
@@ -166,26 +167,26 @@ def train(
     try:
         for phase, count, optimizer in phases:
             state = optimizer.init(params)
+            carry = (params, state, params, jnp.ones((), dtype))
             chunk = None
             done = 0
             while done < count and not stopped:
                 length = min(every, count - done)
                 if chunk is None or length != every:
                     clock = time.perf_counter()
-                    chunk = _chunk.lower(loss, project, optimizer, phase, length, params, state)
+                    chunk = _chunk.lower(parts, project, optimizer, phase, length, carry)
                     chunk = chunk.compile()
                     seconds["compile"] += time.perf_counter() - clock
                 clock = time.perf_counter()
-                params, state, value, bad = chunk(
-                    loss, project, optimizer, phase, length, params, state
-                )
-                value, bad = float(value), int(bad)
+                carry, nll, bad = chunk(parts, project, optimizer, phase, length, carry)
+                params = carry[0]
+                nll, bad = float(nll), int(bad)
                 seconds["run"] += time.perf_counter() - clock
                 done += length
                 taken += length
                 skipped += bad
                 bar.update(length)
-                llh = -value
+                llh = -nll
                 validation_llh = math.nan
                 if validation is not None:
                     validation_llh = _validation_llh(validation, problem, params, model_of)
@@ -232,45 +233,50 @@ def train(
 
 
 @eqx.filter_jit
-def _chunk(loss, project, optimizer, phase, length, params, state):
-    """`length` steps of `optimizer` from (params, state): (params, state, the loss at the
-    end, how many steps were skipped as not finite)."""
+def _chunk(parts, project, optimizer, phase, length, carry):
+    """`length` steps of `optimizer` from `carry` = (params, optimiser state, the last params
+    with a finite loss and gradient, the factor on the updates): (the carry after them, the
+    negative log-likelihood at the end, how many steps met a non-finite loss or gradient).
+
+    A step from a point whose loss or gradient is not finite (a solve failed there) goes
+    back to the last finite point and halves the factor on the updates, so that the next
+    step from there is shorter; each finite step doubles it back towards 1."""
     import optax
 
-    value_and_grad = jax.value_and_grad(loss)
-    if phase == "lbfgs":
-        value_and_grad = optax.value_and_grad_from_state(loss)
+    def loss(params):
+        nll, prior = parts(params)
+        return nll + prior
 
     def step(carry, _):
-        params, state = carry
-        if phase == "lbfgs":
-            value, grad = value_and_grad(params, state=state)
-            updates, new_state = optimizer.update(
-                grad, state, params, value=value, grad=grad, value_fn=loss
-            )
-        else:
-            value, grad = value_and_grad(params)
-            updates, new_state = optimizer.update(grad, state, params)
-        moved = project(optax.apply_updates(params, updates))
-        # a step whose loss, gradient or result is not finite is skipped, the optimiser's
-        # state kept (optax.apply_if_finite does this for Adam, but not for L-BFGS, whose
-        # update takes the value and the function)
+        params, state, good, factor = carry
+        value, grad = jax.value_and_grad(loss)(params)
         finite = jnp.isfinite(value)
-        for leaf in jax.tree.leaves((grad, moved)):
+        for leaf in jax.tree.leaves(grad):
             finite = finite & jnp.all(jnp.isfinite(leaf))
 
-        def hold(new, old):
-            return jnp.where(finite, new, old) if eqx.is_array(new) else new
+        def advance(_):
+            if phase == "lbfgs":  # value and gradient at the (projected) point itself
+                updates, new_state = optimizer.update(
+                    grad, state, params, value=value, grad=grad, value_fn=loss
+                )
+            else:
+                updates, new_state = optimizer.update(grad, state, params)
+            updates = jax.tree.map(lambda u: factor.astype(u.dtype) * u, updates)
+            return project(optax.apply_updates(params, updates)), new_state
 
-        moved = jax.tree.map(hold, moved, params)
-        state = jax.tree.map(hold, new_state, state)
-        return (moved, state), ~finite
+        def back(_):
+            return good, state
+
+        moved, state = jax.lax.cond(finite, advance, back, None)
+        good = jax.tree.map(lambda p, g: jnp.where(finite, p, g), params, good)
+        factor = jnp.where(finite, jnp.minimum(2.0 * factor, 1.0), 0.5 * factor)
+        return (moved, state, good, factor), ~finite
 
     # optax's updates mix Python floats with int32 step counts (Adam's bias correction),
     # which a caller's strict dtype promotion would refuse
     with jax.numpy_dtype_promotion("standard"):
-        (params, state), bad = jax.lax.scan(step, (params, state), None, length=length)
-    return params, state, loss(params), jnp.sum(bad)
+        carry, bad = jax.lax.scan(step, carry, None, length=length)
+    return carry, parts(carry[0])[0], jnp.sum(bad)
 
 
 def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> float:

@@ -570,11 +570,17 @@ def TruncatedToBounds(base, low: float, high: float):
     import numpyro.distributions as dist
     from numpyro.distributions import constraints
 
+    # below the support (an exponential's, a Weibull's from 0) the cdf is 0, whatever a
+    # distribution's formula gives there
+    start = float(getattr(base.support, "lower_bound", -np.inf))
+
     def cdf(x, outside):
         if not np.isfinite(x):
             return outside
+        if x <= start:
+            return 0.0
         value = float(base.cdf(jnp.asarray(x)))
-        return value if np.isfinite(value) else outside
+        return min(max(value, 0.0), 1.0) if np.isfinite(value) else outside
 
     mass = cdf(high, 1.0) - cdf(low, 0.0)
     if not 0.0 < mass < 1.0:

@@ -207,6 +207,7 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
             merged[target] = value
     species = set(model.state_names)
     compartments = {c for c in model.params if c not in parameter_ids}
+    known = _Known(set(parameter_ids) | set(model.params))
     rows, timing = [], {}
     eids = (
         measurements["experimentId"].str.strip()
@@ -225,14 +226,20 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
             continue
         times = sorted(t for t in periods.get(eid, {}) if t > -math.inf)
         t0 = times[0] if times else 0.0
-        start = periods.get(eid, {}).get(t0, {}) if times else {}
+        start = dict(periods.get(eid, {}).get(t0, {})) if times else {}
+        if pre:
+            # what the pre-equilibration period set stays set (v2) unless the start
+            # period sets it again; species it set are where the rest left them
+            for target, value in periods[eid][-math.inf].items():
+                if target not in species:
+                    start.setdefault(target, value)
         for target, value in start.items():
             _check_value(target, value, path, eid, species, initial=True)
         rows.append({"conditionId": sim, **start})
         if pre:
             rows.append({"conditionId": pre, **periods[eid][-math.inf]})
         changes = [
-            (t, _changes(model, periods[eid][t], t, path, eid, species, compartments))
+            (t, _changes(model, periods[eid][t], t, path, eid, species, compartments, known))
             for t in times[1:]
         ]
         timing[sim] = (t0, changes or None)
@@ -260,7 +267,24 @@ def _check_value(target, value, path, eid, species, initial):
     )
 
 
-def _changes(model, assignments: dict, time: float, path, eid, species, compartments) -> dict:
+class _Known:
+    """The parameters' ids, and each expression compiled once (so that equal assignments at
+    equal times are equal `StateAssignment`s, and their experiments batch together)."""
+
+    def __init__(self, parameters: set):
+        self.parameters = parameters
+        self.compiled: dict = {}
+
+    def compile(self, text: str, where: str):
+        if text not in self.compiled:
+            try:
+                self.compiled[text] = compile_expression(parse_formula(text, where), text)
+            except ExpressionError as error:
+                raise PetabError(str(error)) from None
+        return self.compiled[text]
+
+
+def _changes(model, assignments: dict, time: float, path, eid, species, compartments, known):
     out = {}
     for target, value in assignments.items():
         if target in compartments:
@@ -270,15 +294,10 @@ def _changes(model, assignments: dict, time: float, path, eid, species, compartm
             )
         if _is_number(value):
             out[target] = float(value)
-        elif _NAME.match(value):
+        elif _NAME.match(value) and value in known.parameters:
             out[target] = value
-        elif target in species:
-            try:
-                compiled = compile_expression(
-                    parse_formula(value, f"{path}: experiment {eid}, {target}"), value
-                )
-            except ExpressionError as error:
-                raise PetabError(str(error)) from None
+        elif target in species:  # an expression (another species' id included)
+            compiled = known.compile(value, f"{path}: experiment {eid}, {target}")
             out[target] = StateAssignment(model, compiled, time)
         else:
             _check_value(target, value, path, eid, species, initial=False)

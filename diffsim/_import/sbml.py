@@ -58,7 +58,8 @@ class _Structure:
     initial_values: dict  # state id -> its value in the file (None: an assignment sets it)
     expressions: dict  # id -> the SymPy expression of each rule and rate (for observables)
     # time-triggered events: (id, env -> trigger time, fires when true at t0, assignments
-    # ((variable, env -> value, its SymPy expression), ...), the ids the time reads)
+    # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
+    # the trigger is strict, time > c)
     events: tuple = ()
 
 
@@ -132,7 +133,7 @@ class SBMLModel(AbstractODE):
         env = {**{k: float(v) for k, v in self.params.items()}, **dict(values or {})}
         env["time"] = float(t0)
         merged: dict[float, dict] = {}
-        for eid, time_of, fires_at_start, assignments, reads in self.structure.events:
+        for eid, time_of, fires_at_start, assignments, reads, strict in self.structure.events:
             unknown = sorted(n for n in reads if not isinstance(env.get(n, 0.0), numbers.Real))
             if unknown:
                 raise SBMLError(
@@ -140,10 +141,13 @@ class SBMLModel(AbstractODE):
                     "which is estimated; diffsim needs event times known before the fit"
                 )
             time = float(time_of(env))
-            if time <= t0:
+            # at t0 the trigger is already true (time >= c with c <= t0, time > c with c <
+            # t0): it fires there only if its initial value is false (SBML); `time > t0` is
+            # false at t0 and true just after, so it fires at t0
+            if time < t0 or (time == t0 and not strict):
                 if not fires_at_start:
                     continue
-                time = float(t0)
+            time = max(time, float(t0))
             changes = merged.setdefault(time, {})
             for variable, compiled, expr in assignments:
                 if variable in changes:
@@ -425,7 +429,7 @@ def _time_events(model, math_of, source, params: dict, states: list, rules: dict
         if trigger is None or trigger.getMath() is None:
             _refuse(source, f"event {eid} without a trigger")
         condition = math_of(trigger.getMath(), f"the trigger of event {eid}")
-        at = _trigger_time(condition)
+        at, strict = _trigger_time(condition)
         if at is None or not {s.name for s in at.free_symbols} <= set(params):
             _refuse(
                 source,
@@ -452,23 +456,25 @@ def _time_events(model, math_of, source, params: dict, states: list, rules: dict
                 fires_at_start,
                 tuple(assignments),
                 frozenset(s.name for s in at.free_symbols),
+                strict,
             )
         )
     return tuple(events)
 
 
 def _trigger_time(condition):
-    """c of a trigger `time >= c` (or `time > c`, `c <= time`, `c < time`) free of time and
-    the states; None for any other trigger."""
+    """(c, whether strict) of a trigger `time >= c` (or `time > c`, `c <= time`, `c < time`)
+    free of time and the states; (None, False) for any other trigger."""
+    strict = isinstance(condition, (sympy.StrictGreaterThan, sympy.StrictLessThan))
     if isinstance(condition, (sympy.GreaterThan, sympy.StrictGreaterThan)):
         later, earlier = condition.lhs, condition.rhs
     elif isinstance(condition, (sympy.LessThan, sympy.StrictLessThan)):
         later, earlier = condition.rhs, condition.lhs
     else:
-        return None
+        return None, False
     if later != TIME or TIME in earlier.free_symbols:
-        return None
-    return earlier
+        return None, False
+    return earlier, strict
 
 
 def _ordered(definitions: dict, source: str, what: str) -> list[str]:

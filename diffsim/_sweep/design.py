@@ -102,8 +102,15 @@ def evaluate_design(caller: str, model, names, design, y0, ts, *, reduce, **opti
     unknowns' scales)."""
     if not callable(getattr(model, "design_values", None)):
         return run_design(caller, model, names, design, y0, ts, reduce=reduce, **options)
-    if options.get("store") is not None or options.get("dt") is not None:
-        raise TypeError(f"{caller}: store and dt apply to a model's sweep, not to a ds.Problem")
+    if (
+        options.get("store") is not None
+        or options.get("dt") is not None
+        or options.get("max_steps", 100_000) != 100_000
+    ):
+        raise TypeError(
+            f"{caller}: store, dt and max_steps apply to a model's sweep, not to a ds.Problem "
+            "(its solves take the problem's solver and max_steps)"
+        )
     return model.design_values(
         caller,
         names,

@@ -64,7 +64,8 @@ def sobol(
     - `bootstrap`: resamples for the intervals (0: none); `level`: their coverage.
     - `seed`: of the bootstrap's resampling (the design itself is deterministic).
 
-    **A `ds.Problem`** in place of `model` (then no `y0`, `ts`, `solver`, `dt` or `store`):
+    **A `ds.Problem`** in place of `model` (then no `y0`, `ts`, `solver`, `dt`, `store` or
+    `max_steps`: its solves take the problem's solver and `max_steps`):
     `ranges` is None (every estimated unknown within its bounds), a list of unknowns, or a
     dict name → (low, high) in natural units; each is sampled uniformly **on its scale**
     (log-uniform on a log scale, as a fit screens it), the others held at their values.
