@@ -22,7 +22,7 @@ from diffrax's default gradient relative to its largest entry. Ratios are agains
 default, as the targets of hybrid models are.
 
 `--train S` instead trains Dandekar's UDE of the PEtab-SciML collection with `ds.train` from S
-seeded network initialisations (Adam 3,000 steps at 3e-3, then L-BFGS 500, float64) and reports
+seeded network initialisations (Adam 3,000 steps at 3e-3, then L-BFGS 2,000, float64) and reports
 the best validation log-likelihood against the collection's expected one.
 
 Run: `python experiments/bench/hybrid.py [--quick] [--train S]`
@@ -264,7 +264,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.train:
         jax.config.update("jax_enable_x64", True)
-        rows = train_dandekar(range(args.train), steps=3000, lbfgs_steps=500)
+        rows = train_dandekar(range(args.train), steps=3000, lbfgs_steps=2000)
         print(
             table(
                 [
