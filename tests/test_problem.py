@@ -406,6 +406,7 @@ def test_changes_after_a_pre_equilibration_start_from_the_rest():
     problem = ds.Problem(model, [experiment], observables, {"k_in": 2.0})
     before = _turnover(ts[:2], 4.0, 2.0, 0.5, 1.0)
     after = _turnover(ts[2:] - 1.5, _turnover(1.5, 4.0, 2.0, 0.5, 1.0), 2.0, 0.5, 3.0)
+    # the solver's tolerance (rtol 1e-8), and the steady state's (its own tolerance 1e-8)
     np.testing.assert_allclose(
         problem.predictions()[0]["prediction"], np.concatenate([before, after]), rtol=1e-7
     )
@@ -426,6 +427,8 @@ def test_a_name_in_a_change_means_that_parameters_value_just_before_it():
     observables = {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
     unknowns = {"level": ds.Unknown(2.0, estimate=False), "k_out": 0.0}
     problem = ds.Problem(model, [experiment], observables, unknowns)
+    # y' is constant in each segment, which every Runge–Kutta step integrates exactly:
+    # only rounding differs
     np.testing.assert_allclose(problem.predictions()[0]["prediction"], [7.5, 10.0], rtol=1e-9)
 
 
