@@ -204,13 +204,15 @@ class AbstractRosenbrockTableau(AbstractRosenbrock):
         s, n = len(tab.b), y.shape[0]
         dtype = y.dtype
         a = _lower(tab.a, s, dtype)
-        coupling = _lower(tab.C, s, dtype) / h
+        # divided by h after the product, so that the coefficients stay constants of the loop
+        # (a batch of step sizes would make them a batched carry that XLA:CPU no longer fuses)
+        coupling = _lower(tab.C, s, dtype)
         c = jnp.asarray(tab.c, dtype)
         d = jnp.asarray(tab.d, dtype)
 
         def stage(i, us):
             f_i = system.f(t + c[i] * h, y + a[i] @ us)
-            rhs = f_i + (d[i] * h) * system.dfdt + apply_mass(system.mass, coupling[i] @ us)
+            rhs = f_i + (d[i] * h) * system.dfdt + apply_mass(system.mass, (coupling[i] @ us) / h)
             return us.at[i].set(solve(rhs))
 
         us = lax.fori_loop(0, s, stage, jnp.zeros((s, n), dtype))
