@@ -79,6 +79,50 @@ def test_a_reaction_changes_a_concentration_by_its_rate_over_the_volume(tmp_path
     np.testing.assert_allclose(ys[:, 1], 2.0 * (3.0 - a), rtol=1e-9, atol=1e-12)
 
 
+def _switch_model(tmp_path):
+    """x' = 1 while t < 1, then 0 (a piecewise of time in a rate rule): x = min(t, 1)."""
+    body = (
+        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
+        '<listOfParameters><parameter id="x" value="0" constant="false"/></listOfParameters>'
+        '<listOfRules><rateRule variable="x">'
+        + _MATH.format(
+            '<piecewise><piece><cn>1</cn><apply><lt/><csymbol encoding="text" '
+            'definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>'
+            "</piece><otherwise><cn>0</cn></otherwise></piecewise>"
+        )
+        + "</rateRule></listOfRules>"
+    )
+    return ds.sbml.load(_write(tmp_path, body))
+
+
+def test_a_switch_on_time_stops_the_solver_and_each_side_keeps_its_own_field(tmp_path):
+    """Simulated alone, x' = (1 while t < 1) switches inside a step: x(2) is only near 1
+    (the previous test). As an experiment's changes (`model.changes()`), the solve stops at
+    t = 1 and integrates [0, 1] with x' = 1 and [1, 2] with x' = 0 throughout, their end
+    points included: x = min(t, 1) to round-off."""
+    model = _switch_model(tmp_path)
+    assert model.time_switches == ("after:1.0",)
+    assert model.params["after:1.0"] == -1.0  # by default the comparison reads the time
+    assert model.changes() == [(0.0, {"after:1.0": 0.0}), (1.0, {"after:1.0": 1.0})]
+    assert model.changes(t0=1.5) == [(1.5, {"after:1.0": 1.0})]
+    times = np.array([0.5, 0.999, 1.0, 1.5, 2.0])
+    problem = ds.Problem(
+        model,
+        [
+            ds.Experiment(
+                {"time": times, "observable": ["x"] * times.size, "value": np.ones(times.size)},
+                y0=model.initial_state(),
+                changes=model.changes(),
+            )
+        ],
+        {"x": ds.Observable(lambda t, y, p: y[0], sigma=1.0)},
+        {},
+        solver=ds.Tsit5(rtol=1e-6, atol=1e-9),
+    )
+    [predicted] = problem.predictions()
+    np.testing.assert_allclose(predicted["prediction"], np.minimum(times, 1.0), atol=1e-12)
+
+
 def test_rules_initial_assignments_functions_and_piecewise(tmp_path):
     """x' = piecewise(1 if t < 1, else 0) (a rate rule on a parameter): x = min(t, 1); the
     decay rate is an assignment rule through a function definition, double(kh) = 2 kh; A's

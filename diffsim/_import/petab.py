@@ -301,8 +301,9 @@ class _Builder:
                 )
         observables = self.observable_definitions(unknowns)
         experiments = self.experiments(unknowns)
-        if model.timed_events:
-            # the model's events as each experiment's changes, at the times its settings give
+        if model.timed_events or model.time_switches:
+            # the model's events and switches on time as each experiment's changes, at the
+            # times its settings give
             fixed = {n: u.value for n, u in unknowns.items() if not u.estimate}
             estimated = {n: n for n, u in unknowns.items() if u.estimate}
             experiments = [

@@ -11,8 +11,9 @@ What is read:
   amount units without the division);
 - assignment rules (evaluated in dependency order wherever a value is needed), rate rules (their
   variable becomes a state), initial assignments, function definitions, `piecewise` (as
-  `jnp.where`), the csymbol time.
-
+  `jnp.where`), the csymbol time; a comparison of time with a value of the parameters (a step
+  input) also reads a flag that `model.changes()` sets, so that the solver stops there and
+  each side is integrated with its own vector field (`_on_flags`);
 - time-triggered events (`time >= c`, c from the parameters) with assignments to species
   and parameters: `model.changes()` gives them as `ds.Experiment(changes=...)`, so the
   solver stops at each and the state jumps exactly (`ds.petab.load` does this per
@@ -61,6 +62,9 @@ class _Structure:
     # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
     # the trigger is strict, time > c)
     events: tuple = ()
+    # switches on time (a piecewise's `time >= c`, c from the parameters): (the flag's name,
+    # env -> c, the ids c reads); see `_on_flags`
+    switches: tuple = ()
 
 
 class SBMLModel(AbstractODE):
@@ -122,9 +126,11 @@ class SBMLModel(AbstractODE):
         return copied
 
     def changes(self, values: Mapping | None = None, t0: float = 0.0) -> list:
-        """The file's time-triggered events as `ds.Experiment(changes=...)`: a list of
-        `(time, {variable: value})`, the times from the parameters (`values`, dict id →
-        number, overriding the file's: a condition's settings); events at one time merged;
+        """The file's time-triggered events and its switches on time as
+        `ds.Experiment(changes=...)`: a list of `(time, {variable: value})`, the times from the
+        parameters (`values`, dict id → number, overriding the file's: a condition's
+        settings); events at one time merged; each switch's flag (`time_switches`) set at t0
+        and at its time (unless an estimated parameter sets that: then it follows the time);
         an event whose time is at or before `t0` acts at `t0` if its trigger may fire there
         (SBML's `initialValue="false"`), else never. A parameter's new value must be a number
         or another parameter; a species' may be any expression of the state and parameters
@@ -165,7 +171,22 @@ class SBMLModel(AbstractODE):
                         f"{source}: event {eid} sets parameter {variable} to {expr}, which "
                         "diffsim does not support (a number or another parameter only)"
                     )
+        for flag, time_of, reads in self.structure.switches:
+            if any(not isinstance(env.get(n, 0.0), numbers.Real) for n in reads):
+                continue  # a time the fit moves: the flag follows the time (no stop there)
+            time = float(time_of(env))
+            merged.setdefault(float(t0), {})[flag] = 1.0 if time <= t0 else 0.0
+            if time > t0:
+                merged.setdefault(time, {})[flag] = 1.0
         return sorted(merged.items())
+
+    @property
+    def time_switches(self) -> tuple[str, ...]:
+        """The flags of the file's switches on time (a piecewise's `time >= c`), named
+        `after:c`: parameters whose default, -1, leaves each comparison reading the time; 0
+        and 1 say before and after c whatever the time (`changes` sets them, so that a solve
+        stops at c and integrates each side with its own vector field)."""
+        return tuple(switch[0] for switch in self.structure.switches)
 
     def initial_state(self, values: Mapping | None = None):
         values = dict(values or {})
@@ -379,6 +400,14 @@ def _build(model, source: str) -> SBMLModel:
                 if concentration[sid]:
                     term = term / volumes[species_compartment[sid]]
                 flux[sid] = flux[sid] + term
+    # every switch on time in the vector field and the rules reads a flag that changes at
+    # its time can set (see `_on_flags`)
+    switches: dict = {}
+    flux = {s: _on_flags(e, params, switches) for s, e in flux.items()}
+    rate_rules = {v: _on_flags(e, params, switches) for v, e in rate_rules.items()}
+    rules = {v: _on_flags(e, params, switches) for v, e in rules.items()}
+    for name in switches:
+        params[name] = _FOLLOW_TIME
     rates = []
     expressions = {}
     for state in states:
@@ -410,6 +439,14 @@ def _build(model, source: str) -> SBMLModel:
         initial_values=initial_values,
         expressions=expressions,
         events=events,
+        switches=tuple(
+            (
+                name,
+                compile_expression(at, f"{source}: the switch time {at}"),
+                frozenset(x.name for x in at.free_symbols),
+            )
+            for name, (at, _) in switches.items()
+        ),
     )
     return SBMLModel(
         params={k: jnp.asarray(v, jnp.result_type(float)) for k, v in params.items()},
@@ -460,6 +497,47 @@ def _time_events(model, math_of, source, params: dict, states: list, rules: dict
             )
         )
     return tuple(events)
+
+
+# A switch's flag: -1 follows the time itself (the value of the file's condition at t); 0 is
+# "before the switch time", 1 "after it", whatever t is.
+_FOLLOW_TIME = -1.0
+
+
+def _on_flags(expr, params: dict, switches: dict):
+    """`expr` with each comparison of time with a value of the parameters (`time >= c`,
+    `time - c < 0`, …) made to read a flag, the parameter `after:c`, besides the time.
+
+    Why: a solve stopped at c (a change there, `SBMLModel.changes`) still evaluates the
+    vector field at c itself as the last time of the step before, where `time >= c` already
+    holds, and at c as the first of the step after, where `time <= c` still does: one side of
+    the switch would be integrated with the other side's field. With the flag set to 0 up to
+    c and to 1 from c on, each side sees its own field on its whole interval (the way AMICI
+    integrates Heaviside functions). Left at -1 (`_FOLLOW_TIME`, its default), the flag
+    changes nothing: the comparison reads the time as the file says.
+    `switches` collects the flags' names -> (c, the flag's symbol)."""
+
+    def as_switch(relation):
+        if not isinstance(relation, _ORDERINGS) or TIME not in relation.free_symbols:
+            return None
+        difference = sympy.expand(relation.lhs - relation.rhs)
+        slope = difference.coeff(TIME)
+        if not slope.is_number or slope == 0:
+            return None
+        rest = difference - slope * TIME
+        if TIME in rest.free_symbols or not {x.name for x in rest.free_symbols} <= set(params):
+            return None
+        at = -rest / slope
+        name = f"after:{float(at)!r}" if at.is_number else f"after:{at}"
+        flag = switches.setdefault(name, (at, sympy.Symbol(name)))[1]
+        later = isinstance(relation, (sympy.GreaterThan, sympy.StrictGreaterThan)) == (slope > 0)
+        flagged = flag > 0.5 if later else sympy.And(flag > -0.5, flag < 0.5)
+        return sympy.Or(flagged, sympy.And(flag < -0.5, relation))
+
+    return expr.replace(lambda e: as_switch(e) is not None, as_switch)
+
+
+_ORDERINGS = (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)
 
 
 def _trigger_time(condition):
