@@ -3,6 +3,7 @@ simulations within each case's own tolerances) and the benchmark collection's pu
 problems (log-likelihood at the nominal parameters within 1e-3 of AMICI's, Crauste against
 scipy's tight solves), read from their files; and files it refuses."""
 
+import shutil
 from pathlib import Path
 
 import jax
@@ -57,10 +58,38 @@ UNSUPPORTED_V2 = {
     "0016": "compartment C of variable size",
     "0022": "changes compartment default_compartment at t = 10",
     "0023": "event _E0's trigger p >= 500",
-    "0026": "sets species A at its start to the expression",
-    "0027": "sets offset_A to the expression",
+    # its formulas in the condition table are read (the next test), but its estimated
+    # initial_A1 has a nominal value below its lower bound, which ds.Unknown refuses
+    "0026": r"initial_A1: Unknown\(value=0.5\) lies outside its bounds \(1.0, 10.0\)",
     "0030": "compartment C of variable size",
 }
+
+
+def test_formulas_in_the_condition_table_set_species_and_parameters(tmp_path):
+    """v2 case 0026 (A's initial value initial_A1 + initial_A2 with initial_A1 estimated, B's
+    initial_B1/initial_B2) with initial_A1's lower bound lowered to 0.1 so that its nominal
+    value 0.5 lies within it (the file's bound, 1, does not change what is simulated): llh,
+    χ² and simulations as the case's solution gives them. Case 0027 (a parameter set to
+    formulas, different per experiment) runs in the suite above."""
+    shutil.copytree(SUITE_V2 / "0026", tmp_path / "0026")
+    table = tmp_path / "0026" / "_parameters.tsv"
+    text = table.read_text()
+    assert "initial_A1\t1.0\t10.0" in text
+    table.write_text(text.replace("initial_A1\t1.0\t10.0", "initial_A1\t0.1\t10.0"))
+    _, problem = _check_case(tmp_path / "0026", "0026")
+    # the formula reads the estimated initial_A1: A(0) = initial_A1 + 1.5 moves with it
+    [predicted] = problem.predictions({"initial_A1": 2.5})
+    at_start = predicted["time"] == 0.0
+    assert list(predicted["prediction"][at_start]) == pytest.approx([4.0, 3.0])
+    # case 0027 with its first experiment switched to the second's formula at t = 5: its
+    # measurement at t = 10 becomes the second's (the formulas set offset_A alone)
+    shutil.copytree(SUITE_V2 / "0027", tmp_path / "0027")
+    (tmp_path / "0027" / "_experiments.tsv").write_text(
+        "experimentId\ttime\tconditionId\ne1\t0.0\tc0\ne1\t5.0\tc1\ne2\t0.0\tc1\n"
+    )
+    problem = ds.petab.load(tmp_path / "0027" / "_0027.yaml")
+    simulated = ds.petab.simulations(problem)["simulation"].to_numpy(dtype=float)
+    np.testing.assert_allclose(simulated, [3.4285719037306968] * 2, rtol=0, atol=1e-7)
 
 
 @pytest.mark.parametrize("case", CASES_V2)

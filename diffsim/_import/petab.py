@@ -508,6 +508,7 @@ class _InitialState:
 
     def __call__(self, p):
         model = self.model
+        p = model.chosen(p)  # a species' value given by a formula (`SBMLModel.with_choices`)
         state = model.initial_state({k: v for k, v in p.items() if k in model.params})
         for name in self.species:
             i = model.state_names.index(name)

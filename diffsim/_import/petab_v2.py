@@ -18,12 +18,14 @@ What v2 changes, and how it is read:
   the pre-equilibration, the first finite one starts the simulation at its time (t0), and
   each later one is a change at its time (`ds.Experiment(changes=...)`: species set to a
   number, a parameter or an expression of the state and parameters just before it;
-  parameters to a number or another parameter). Conditions of one period are merged.
+  parameters to a number or another parameter). Conditions of one period are merged;
+- a condition's value that is a formula of the parameters (a parameter, a compartment, or a
+  species at the start): the model numbers the formulas each id is set to
+  (`SBMLModel.with_choices`) and the condition sets the parameter `choose:<id>` to the
+  formula's number, so that experiments with different formulas still batch.
 
 Not read, refused naming the entry: mapping tables that rename, several models, a
-condition's value that is an expression for a parameter or compartment or for a species at
-the start, a compartment changed after the start, prior distributions other than the eleven
-above.
+compartment changed after the start, prior distributions other than the eleven above.
 """
 
 import math
@@ -108,7 +110,7 @@ def read(path: Path, config: Mapping):
     )
     parameters = _parameters(parameters, path)
     observables = _observables(observables, path)
-    wide, measurements, timing = _periods(
+    model, wide, measurements, timing = _periods(
         model, conditions, experiments, measurements, path, set(parameters["parameterId"])
     )
     return model, parameters, wide, measurements, observables, used, timing
@@ -182,7 +184,8 @@ def _observables(table, path):
 def _periods(model, conditions, experiments, measurements, path, parameter_ids):
     """The condition table in v1's wide shape with one simulation condition (and one
     pre-equilibration condition) per experiment, the measurement table pointing at them, and
-    per simulation condition (t0, changes)."""
+    per simulation condition (t0, changes); the model, with the formulas that conditions
+    set numbered (`SBMLModel.with_choices`), comes first."""
     import pandas as pd
 
     targets: dict[str, dict] = {}
@@ -206,7 +209,7 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
                 )
             merged[target] = value
     species = set(model.state_names)
-    compartments = {c for c in model.params if c not in parameter_ids}
+    compartments = set(model.structure.compartments)
     known = _Known(set(parameter_ids) | set(model.params))
     rows, timing = [], {}
     eids = (
@@ -233,8 +236,15 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
             for target, value in periods[eid][-math.inf].items():
                 if target not in species:
                     start.setdefault(target, value)
-        for target, value in start.items():
-            _check_value(target, value, path, eid, species, initial=True)
+        for target, value in list(start.items()):
+            if not _is_number(value) and not _NAME.match(value):
+                # a formula: a number that selects it (`SBMLModel.with_choices`); a species
+                # is set (to a placeholder the choice replaces)
+                start[f"choose:{target}"] = str(known.choice(target, value, path, eid))
+                if target in species:
+                    start[target] = "0"
+                else:
+                    del start[target]
         rows.append({"conditionId": sim, **start})
         if pre:
             rows.append({"conditionId": pre, **periods[eid][-math.inf]})
@@ -249,22 +259,20 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
     table = measurements.copy()
     table["preequilibrationConditionId"] = pre_ids
     table["simulationConditionId"] = sim_ids
-    return wide, table, timing
+    chosen = known.model_with_choices(model)
+    if chosen is not model:  # species set by formulas read the formulas' numbered values
+        timing = {
+            sim: (t0, changes and [(t, _on_model(chosen, c)) for t, c in changes])
+            for sim, (t0, changes) in timing.items()
+        }
+    return chosen, wide, table, timing
 
 
-def _check_value(target, value, path, eid, species, initial):
-    if _is_number(value) or _NAME.match(value):
-        return
-    if not (initial and target in species):
-        raise PetabError(
-            f"{path}: experiment {eid} sets {target} to the expression {value!r}; "
-            "expressions are read only for species after the start (numbers or a "
-            "parameter's id elsewhere)"
-        )
-    raise PetabError(
-        f"{path}: experiment {eid} sets species {target} at its start to the expression "
-        f"{value!r}, which is not supported yet (a number or a parameter's id)"
-    )
+def _on_model(model, assignments: dict) -> dict:
+    return {
+        k: StateAssignment(model, v.compiled, v.time) if isinstance(v, StateAssignment) else v
+        for k, v in assignments.items()
+    }
 
 
 class _Known:
@@ -274,6 +282,27 @@ class _Known:
     def __init__(self, parameters: set):
         self.parameters = parameters
         self.compiled: dict = {}
+        self.choices: dict = {}  # id -> the formulas that set it, in order (text)
+        self.read: set = set()  # the ids those formulas read
+
+    def choice(self, target: str, text: str, path, eid) -> int:
+        """The number (1, 2, …) that selects the formula `text` for `target`."""
+        where = f"{path}: experiment {eid}, {target}"
+        self.compile(text, where)
+        self.read |= {x.name for x in parse_formula(text, where).free_symbols}
+        options = self.choices.setdefault(target, [])
+        if text not in options:
+            options.append(text)
+        return options.index(text) + 1
+
+    def model_with_choices(self, model):
+        """`model` with the formulas `choice` numbered (`SBMLModel.with_choices`)."""
+        if not self.choices:
+            return model
+        return model.with_choices(
+            {t: [self.compiled[text] for text in texts] for t, texts in self.choices.items()},
+            reads=self.read,
+        )
 
     def compile(self, text: str, where: str):
         if text not in self.compiled:
@@ -299,8 +328,8 @@ def _changes(model, assignments: dict, time: float, path, eid, species, compartm
         elif target in species:  # an expression (another species' id included)
             compiled = known.compile(value, f"{path}: experiment {eid}, {target}")
             out[target] = StateAssignment(model, compiled, time)
-        else:
-            _check_value(target, value, path, eid, species, initial=False)
+        else:  # a formula of the parameters: a number that selects it
+            out[f"choose:{target}"] = float(known.choice(target, value, path, eid))
     return out
 
 

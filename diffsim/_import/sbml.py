@@ -65,6 +65,10 @@ class _Structure:
     # switches on time (a piecewise's `time >= c`, c from the parameters): (the flag's name,
     # env -> c, the ids c reads); see `_on_flags`
     switches: tuple = ()
+    # values given by expressions of the parameters (PEtab v2 conditions): (id, (env -> value,
+    # ...)): the id takes the k-th when the parameter `choose:<id>` is k (0: its own value)
+    choices: tuple = ()
+    compartments: tuple[str, ...] = ()  # the ids of the compartments (parameters: their sizes)
 
 
 class SBMLModel(AbstractODE):
@@ -99,7 +103,7 @@ class SBMLModel(AbstractODE):
     def environment(self, t, y, params: Mapping) -> dict:
         """Every symbol's value at (t, y) with the parameters `params` (a dict by id, which may
         hold more names than the model's): the states, the assignment rules and `params`."""
-        env = dict(params)
+        env = self.chosen(params)
         env["time"] = t
         for i, name in enumerate(self.structure.states):
             env[name] = y[i]
@@ -112,6 +116,42 @@ class SBMLModel(AbstractODE):
         if name not in env:
             raise KeyError(f"{name!r} is not a symbol of the model from {self.structure.source}")
         return env[name]
+
+    def with_choices(self, choices: Mapping, reads=()) -> "SBMLModel":
+        """The model where each id of `choices` (a parameter, a compartment or a species'
+        initial value) takes the k-th of its expressions of the parameters (functions env ->
+        value) when the parameter `choose:<id>` is k ≥ 1, and its own value at 0 (the
+        default): settings and changes that are formulas (PEtab v2's conditions) become
+        numbers that select them, so that experiments with different formulas batch.
+        `reads`: the ids the expressions read, made parameters of the model where they are
+        not (NaN until a `ds.Problem` sets them: every one is evaluated, selected or not)."""
+        copied = copy.copy(self)
+        merged = dict(self.structure.choices)
+        for name, options in choices.items():
+            merged[name] = merged.get(name, ()) + tuple(options)
+        structure = dataclasses.replace(self.structure, choices=tuple(merged.items()))
+        object.__setattr__(copied, "structure", structure)
+        dtype = jnp.result_type(float)
+        params = {
+            **{n: jnp.asarray(jnp.nan, dtype) for n in reads if n not in self.structure.states},
+            **self.params,
+            **{f"choose:{n}": jnp.zeros((), dtype) for n in merged},
+        }
+        object.__setattr__(copied, "params", params)
+        return copied
+
+    def chosen(self, params: Mapping) -> dict:
+        """`params` (a dict by id) with the values `with_choices` selects put in (ids not in
+        `params` left out)."""
+        env = dict(params)
+        for name, options in self.structure.choices:
+            if name not in env:
+                continue
+            choice, value = env[f"choose:{name}"], env[name]
+            for k, option in enumerate(options, start=1):
+                value = jnp.where(choice == k, option(params), value)
+            env[name] = value
+        return env
 
     @property
     def timed_events(self) -> tuple[str, ...]:
@@ -190,7 +230,7 @@ class SBMLModel(AbstractODE):
 
     def initial_state(self, values: Mapping | None = None):
         values = dict(values or {})
-        params = {k: values.get(k, v) for k, v in self.params.items()}
+        params = self.chosen({k: values.get(k, v) for k, v in self.params.items()})
         env = dict(params)
         dtype = jnp.result_type(*params.values()) if params else jnp.result_type(float)
         env["time"] = jnp.zeros((), dtype)
@@ -439,6 +479,7 @@ def _build(model, source: str) -> SBMLModel:
         initial_values=initial_values,
         expressions=expressions,
         events=events,
+        compartments=tuple(volumes),
         switches=tuple(
             (
                 name,

@@ -202,21 +202,25 @@ def _torchdiffeq(net, model, data, repeats: int):
     return dict(row, temp=None), flat
 
 
-SCIML = os.path.join(
-    os.path.dirname(__file__), "..", "data", "petab-sciml", "Dandekar_Patterns2020"
-)
-# expected_Dandekar_Patterns2020.yaml: the log-likelihoods at the published weights
-EXPECTED = dict(train=-118.34924348758996, validation=-30.39590464896155)
+SCIML = os.path.join(os.path.dirname(__file__), "..", "data", "petab-sciml")
+# expected_<problem>.yaml: the log-likelihoods at the published weights
+EXPECTED = {
+    "Dandekar_Patterns2020": dict(train=-118.34924348758996, validation=-30.39590464896155),
+    "Ko_NeurIPS2023": dict(train=-740.8365268083237, validation=-271.75114583603334),
+}
 
 
-def train_dandekar(seeds, steps: int, lbfgs_steps: int) -> list[dict]:
-    """`ds.train` of Dandekar's UDE (PEtab-SciML) from seeded network initialisations and
-    neutral mechanistic guesses (0.1 each), validation on its held-out data: the best
-    validation and training log-likelihoods, compile and run seconds."""
+def train_sciml(
+    name: str, seeds, steps: int, lbfgs_steps: int, learning_rate: float = 3e-3
+) -> list[dict]:
+    """`ds.train` of a PEtab-SciML problem (`EXPECTED`'s names) from seeded network
+    initialisations and neutral mechanistic guesses (0.1 each), validation on its held-out
+    data: the best validation and training log-likelihoods, compile and run seconds."""
     import dataclasses
 
-    train = ds.petab.load(os.path.join(SCIML, "train_Dandekar_Patterns2020.yaml"))
-    validation = ds.petab.load(os.path.join(SCIML, "validation_Dandekar_Patterns2020.yaml"))
+    folder = os.path.join(SCIML, name)
+    train = ds.petab.load(os.path.join(folder, f"train_{name}.yaml"))
+    validation = ds.petab.load(os.path.join(folder, f"validation_{name}.yaml"))
     unknowns = {
         n: dataclasses.replace(u, value=0.1) if n in train.names else u
         for n, u in train.unknowns.items()
@@ -232,7 +236,7 @@ def train_dandekar(seeds, steps: int, lbfgs_steps: int) -> list[dict]:
             problem,
             'nets["net1"]',
             steps=steps,
-            learning_rate=3e-3,
+            learning_rate=learning_rate,
             lbfgs_steps=lbfgs_steps,
             validation=validation,
             every=100,
@@ -259,12 +263,16 @@ def main(argv=None):
         type=int,
         default=0,
         metavar="SEEDS",
-        help="also train Dandekar's PEtab-SciML UDE from this many seeded starts",
+        help="instead, train a PEtab-SciML problem from this many seeded starts",
     )
+    parser.add_argument("--problem", default="Dandekar_Patterns2020", choices=sorted(EXPECTED))
+    parser.add_argument("--steps", type=int, default=3000, help="Adam's (with --train)")
+    parser.add_argument("--lbfgs-steps", type=int, default=2000, help="L-BFGS's (with --train)")
     args = parser.parse_args(argv)
     if args.train:
         jax.config.update("jax_enable_x64", True)
-        rows = train_dandekar(range(args.train), steps=3000, lbfgs_steps=2000)
+        rows = train_sciml(args.problem, range(args.train), args.steps, args.lbfgs_steps)
+        expected = EXPECTED[args.problem]
         print(
             table(
                 [
@@ -282,8 +290,8 @@ def main(argv=None):
             )
         )
         print(
-            f"expected (published weights): validation {EXPECTED['validation']:.3f}, "
-            f"training {EXPECTED['train']:.3f}"
+            f"{args.problem}, expected (published weights): validation "
+            f"{expected['validation']:.3f}, training {expected['train']:.3f}"
         )
         return
     sizes = (1_000,) if args.quick else (1_000, 10_000, 100_000)
