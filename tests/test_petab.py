@@ -56,7 +56,6 @@ CASES_V2 = sorted(p.name for p in SUITE_V2.iterdir() if p.is_dir())
 # the v2 cases diffsim does not read, and what it says
 UNSUPPORTED_V2 = {
     "0016": "compartment C of variable size",
-    "0022": "changes compartment default_compartment at t = 10",
     "0023": "event _E0's trigger p >= 500",
     # its formulas in the condition table are read (the next test), but its estimated
     # initial_A1 has a nominal value below its lower bound, which ds.Unknown refuses

@@ -18,14 +18,16 @@ What v2 changes, and how it is read:
   the pre-equilibration, the first finite one starts the simulation at its time (t0), and
   each later one is a change at its time (`ds.Experiment(changes=...)`: species set to a
   number, a parameter or an expression of the state and parameters just before it;
-  parameters to a number or another parameter). Conditions of one period are merged;
+  parameters and compartments to a number or another parameter: a compartment's new size
+  leaves the state as it is, the concentrations of the species in it included, as v2
+  prescribes). Conditions of one period are merged;
 - a condition's value that is a formula of the parameters (a parameter, a compartment, or a
   species at the start): the model numbers the formulas each id is set to
   (`SBMLModel.with_choices`) and the condition sets the parameter `choose:<id>` to the
   formula's number, so that experiments with different formulas still batch.
 
-Not read, refused naming the entry: mapping tables that rename, several models, a
-compartment changed after the start, prior distributions other than the eleven above.
+Not read, refused naming the entry: mapping tables that rename, several models, prior
+distributions other than the eleven above.
 """
 
 import math
@@ -209,7 +211,6 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
                 )
             merged[target] = value
     species = set(model.state_names)
-    compartments = set(model.structure.compartments)
     known = _Known(set(parameter_ids) | set(model.params))
     rows, timing = [], {}
     eids = (
@@ -249,8 +250,7 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
         if pre:
             rows.append({"conditionId": pre, **periods[eid][-math.inf]})
         changes = [
-            (t, _changes(model, periods[eid][t], t, path, eid, species, compartments, known))
-            for t in times[1:]
+            (t, _changes(model, periods[eid][t], t, path, eid, species, known)) for t in times[1:]
         ]
         timing[sim] = (t0, changes or None)
     wide = pd.DataFrame(rows).fillna("")
@@ -313,14 +313,12 @@ class _Known:
         return self.compiled[text]
 
 
-def _changes(model, assignments: dict, time: float, path, eid, species, compartments, known):
+def _changes(model, assignments: dict, time: float, path, eid, species, known):
     out = {}
     for target, value in assignments.items():
-        if target in compartments:
-            raise PetabError(
-                f"{path}: experiment {eid} changes compartment {target} at t = {time:g}; "
-                "compartments of changing size are not supported"
-            )
+        # a compartment's size is a parameter: a change leaves the state as it is (the
+        # concentrations of the species in it that the change does not set, and the
+        # amounts), as v2 prescribes, and the rates of change divide by the new size
         if _is_number(value):
             out[target] = float(value)
         elif _NAME.match(value) and value in known.parameters:

@@ -68,7 +68,6 @@ class _Structure:
     # values given by expressions of the parameters (PEtab v2 conditions): (id, (env -> value,
     # ...)): the id takes the k-th when the parameter `choose:<id>` is k (0: its own value)
     choices: tuple = ()
-    compartments: tuple[str, ...] = ()  # the ids of the compartments (parameters: their sizes)
 
 
 class SBMLModel(AbstractODE):
@@ -479,7 +478,6 @@ def _build(model, source: str) -> SBMLModel:
         initial_values=initial_values,
         expressions=expressions,
         events=events,
-        compartments=tuple(volumes),
         switches=tuple(
             (
                 name,
