@@ -109,13 +109,50 @@ def test_a_step_into_a_failed_solve_is_taken_back_and_the_next_is_shorter():
 
     from diffsim._fit.study_train import _chunk
 
-    def parts(params):
+    def parts(params, batch=None):
         x = params[0]
         return jnp.where(x < 1.0, (x - 2.0) ** 2, jnp.nan), jnp.zeros(())
 
     optimizer = optax.adam(0.5)
     params = (jnp.zeros(()),)
-    carry = (params, optimizer.init(params), params, jnp.ones(()))
-    carry, _, bad = _chunk(parts, lambda p: p, optimizer, "adam", 200, carry)
+    carry = (params, optimizer.init(params), params, jnp.ones(()), jax.random.key(0))
+    carry, _, bad = _chunk(parts, lambda p: p, optimizer, "adam", 200, None, carry)
     x = float(carry[2][0])  # the last finite point
     assert 0.9 < x < 1.0 and int(bad) > 0
+
+
+def test_a_mini_batch_is_the_whole_log_likelihood_in_the_mean_and_trains_as_well():
+    """With one experiment of two per step (`batch_size=1`), each mini-batch's NLL is twice
+    that experiment's, so the mean over the two draws is the whole NLL, gradient included (to
+    round-off); trained by such steps (Adam 600, then L-BFGS 100 on every experiment), the
+    chain reaches what full steps reach (the previous test's ceiling, within 0.1)."""
+    from diffsim._fit.study_objective import negative_log_likelihood
+
+    train, _ = _problems()
+    assert len(train.tables.groups) == 1  # both experiments run as one batch
+    theta = jnp.asarray(train.theta())
+
+    def nll(theta, batch=None):
+        return negative_log_likelihood(train, theta, batch=batch)[0]
+
+    whole, whole_grad = jax.value_and_grad(nll)(theta)
+    draws = [jax.value_and_grad(nll)(theta, (jnp.array([m]),)) for m in (0, 1)]
+    assert np.mean([float(v) for v, _ in draws]) == pytest.approx(float(whole), rel=1e-12)
+    np.testing.assert_allclose(np.mean([g for _, g in draws], axis=0), whole_grad, rtol=1e-10)
+    assert float(draws[0][0]) != pytest.approx(float(whole), rel=1e-3)  # each draw differs
+    trained = ds.train(
+        train,
+        "net",
+        steps=600,
+        learning_rate=2e-2,
+        lbfgs_steps=100,
+        batch_size=1,
+        key=jax.random.key(3),
+        every=100,
+        progress=False,
+    )
+    ceiling = 96 * np.log(1 / (np.sqrt(2 * np.pi) * 0.01))
+    assert trained.llh == pytest.approx(ceiling, abs=0.1)
+    assert trained.params["k"] == pytest.approx(1.0, rel=1e-3)
+    with pytest.raises(ValueError, match="batch_size must be None or an int >= 1"):
+        ds.train(train, "net", batch_size=0, progress=False)

@@ -112,9 +112,10 @@ def u_from_scaled(theta_scaled, tables):
 # --- simulations and measurements -------------------------------------------------------------
 
 
-def _simulate_group(problem, group, theta, dtype, base=None):
+def _simulate_group(problem, group, theta, dtype, base=None, subset=None):
     """States at the group's output times, (members, times, n); NaN for a member whose
-    simulation (or pre-equilibration) failed."""
+    simulation (or pre-equilibration) failed. With `subset` (an index array of members),
+    only those are simulated: (len(subset), times, n)."""
     settings = group.settings.values(theta)
     pre = None if group.pre is None else group.pre.values(theta)
     reset = None if group.reset is None else jnp.asarray(group.reset)
@@ -152,15 +153,11 @@ def _simulate_group(problem, group, theta, dtype, base=None):
             jnp.asarray(tables.end),
         )
 
-    axes = (
-        0,
-        None if pre is None else 0,
-        None if y0s is None else 0,
-        0,
-        None if reset is None else 0,
-        None if segments is None else 0,
-    )
-    return jax.vmap(member, in_axes=axes)(settings, pre, y0s, ts, reset, segments)
+    arguments = (settings, pre, y0s, ts, reset, segments)
+    if subset is not None:
+        arguments = jax.tree.map(lambda a: a[subset], arguments)
+    axes = tuple(None if a is None else 0 for a in arguments)
+    return jax.vmap(member, in_axes=axes)(*arguments)
 
 
 def _solve(problem, model, start, times):
@@ -210,18 +207,52 @@ def _run_segments(problem, functions, start, segments, base):
     return ys.reshape(-1, ys.shape[-1])
 
 
-def row_states(problem, theta, dtype, model=None):
+def row_states(problem, theta, dtype, model=None, batch=None):
     """The state at every measurement, (measurements, n), in the study's row order; `model`
-    in place of `problem.model` when given."""
+    in place of `problem.model` when given.
+
+    `batch` (per group, an index array of its members, or None for all): only those members
+    are simulated; the rows of the others take a simulated member's states (finite, so that
+    a weight of zero on them also zeroes their gradient; see `batch_weights`)."""
     tables = problem.tables
     pieces, order = [], []
-    for group in tables.groups:
-        states = _simulate_group(problem, group, theta, dtype, model)
-        pieces.append(states[jnp.asarray(group.row_member), jnp.asarray(group.row_time)])
+    for g, group in enumerate(tables.groups):
+        subset = None if batch is None else batch[g]
+        states = _simulate_group(problem, group, theta, dtype, model, subset)
+        member = jnp.asarray(group.row_member)
+        if subset is not None:
+            # each member's place in the subset (the subset's first where it is not in it)
+            members = group.settings.kind.shape[0]
+            place = (
+                jnp.zeros(members, jnp.int32)
+                .at[subset]
+                .set(jnp.arange(subset.shape[0], dtype=jnp.int32))
+            )
+            member = place[member]
+        pieces.append(states[member, jnp.asarray(group.row_time)])
         order.append(group.rows)
     stacked = jnp.concatenate(pieces)
     inverse = np.argsort(np.concatenate(order))
     return stacked[jnp.asarray(inverse)]
+
+
+def batch_weights(problem, batch, dtype):
+    """Each measurement's weight in a mini-batch's log-likelihood (`row_states`' `batch`):
+    members/|subset| for the rows of a chosen member of its group, 0 for the others, so that
+    over uniformly drawn subsets its mean is the whole log-likelihood."""
+    tables = problem.tables
+    pieces, order = [], []
+    for group, subset in zip(tables.groups, batch):
+        if subset is None:  # every member simulated
+            pieces.append(jnp.ones(len(group.rows), dtype))
+        else:
+            members = group.settings.kind.shape[0]
+            chosen = jnp.zeros(members, dtype).at[subset].set(1.0)
+            scale = members / subset.shape[0]
+            pieces.append(scale * chosen[jnp.asarray(group.row_member)])
+        order.append(group.rows)
+    inverse = np.argsort(np.concatenate(order))
+    return jnp.concatenate(pieces)[jnp.asarray(inverse)]
 
 
 def observe(problem, theta, states, dtype):
@@ -313,13 +344,17 @@ def _prior_terms(problem, theta, dtype):
     return jnp.stack(terms) if terms else jnp.zeros((0,), dtype)
 
 
-def negative_log_likelihood(problem, theta, measured=None, model=None):
+def negative_log_likelihood(problem, theta, measured=None, model=None, batch=None):
     """(NLL of the measurements, −log-prior) at natural θ (traced); `measured` replaces the
-    study's values (same rows), `model` the problem's model (the same structure)."""
+    study's values (same rows), `model` the problem's model (the same structure); `batch`
+    (per group, the members to simulate: `row_states`) makes the NLL a mini-batch's,
+    weighted to be the whole one's in the mean (`batch_weights`)."""
     dtype = theta.dtype
-    states = row_states(problem, theta, dtype, model)
+    states = row_states(problem, theta, dtype, model, batch)
     predictions, sigmas = observe(problem, theta, states, dtype)
     _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype, measured)
+    if batch is not None:
+        nll = batch_weights(problem, batch, dtype) * nll
     return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))
 
 

@@ -77,6 +77,8 @@ def train(
     every: int = 50,
     patience: int | None = None,
     clip: float | None = 1.0,
+    batch_size: int | None = None,
+    key=None,
     progress: bool = True,
 ) -> Trained:
     """Train the networks `networks` of `problem`'s model (and its estimated mechanistic
@@ -97,6 +99,12 @@ def train(
     - `validation`: a `ds.Problem` of the same model (other data: a held-out experiment)
       evaluated every `every` steps; the best state by its log-likelihood is returned, and
       with `patience`, training stops after that many checks without improvement.
+    - `batch_size`: mini-batches of experiments: each Adam step simulates at most this many
+      experiments of each group of experiments that run as one batch (drawn anew each step,
+      without replacement, from `key`, default `jax.random.key(0)`), their log-likelihood
+      scaled by the group's size over the batch's so that its mean over the draws is the
+      whole one; L-BFGS, the checks and the reported log-likelihoods use every experiment.
+      None (the default): every step uses every experiment.
     - `every`: the steps of one compiled chunk (and between checks); `progress`: a bar.
 
     **Returns:** a `ds.Trained` (its `problem` goes on to `ds.fit` for the mechanistic
@@ -123,6 +131,24 @@ def train(
         raise ValueError(f"ds.train: learning_rate must be positive, got {learning_rate!r}")
     if clip is not None and not (isinstance(clip, (int, float)) and clip > 0):
         raise ValueError(f"ds.train: clip must be None or positive, got {clip!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(f"ds.train: batch_size must be None or an int >= 1, got {batch_size!r}")
+    if key is None:
+        key = jax.random.key(0)
+    else:
+        from .._validate import check_key
+
+        check_key("key", key)
+    # per group of experiments run as one batch: (how many a mini-batch simulates, of how
+    # many), None where it simulates all
+    sizes = tuple(
+        None
+        if batch_size is None or batch_size >= g.settings.kind.shape[0]
+        else (batch_size, g.settings.kind.shape[0])
+        for g in problem.tables.groups
+    )
     paths = _network_paths(problem.model, networks)
     import optax
 
@@ -139,11 +165,15 @@ def train(
         ]
         return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
 
-    def parts(params):
-        """(negative log-likelihood, negative log-prior)."""
+    def parts(params, batch=None):
+        """(negative log-likelihood, negative log-prior); with `batch`, a mini-batch's
+        (`negative_log_likelihood`)."""
         scaled, weights = params
         return negative_log_likelihood(
-            problem, to_natural_values(scaled, tables.scales), model=model_of(weights)
+            problem,
+            to_natural_values(scaled, tables.scales),
+            model=model_of(weights),
+            batch=batch,
         )
 
     def project(params):
@@ -167,18 +197,21 @@ def train(
     try:
         for phase, count, optimizer in phases:
             state = optimizer.init(params)
-            carry = (params, state, params, jnp.ones((), dtype))
+            key, phase_key = jax.random.split(key)
+            carry = (params, state, params, jnp.ones((), dtype), phase_key)
+            batched = sizes if phase == "adam" and any(k is not None for k in sizes) else None
             chunk = None
             done = 0
             while done < count and not stopped:
                 length = min(every, count - done)
                 if chunk is None or length != every:
                     clock = time.perf_counter()
-                    chunk = _chunk.lower(parts, project, optimizer, phase, length, carry)
-                    chunk = chunk.compile()
+                    chunk = _chunk.lower(
+                        parts, project, optimizer, phase, length, batched, carry
+                    ).compile()
                     seconds["compile"] += time.perf_counter() - clock
                 clock = time.perf_counter()
-                carry, nll, bad = chunk(parts, project, optimizer, phase, length, carry)
+                carry, nll, bad = chunk(parts, project, optimizer, phase, length, batched, carry)
                 params = carry[0]
                 nll, bad = float(nll), int(bad)
                 seconds["run"] += time.perf_counter() - clock
@@ -233,23 +266,35 @@ def train(
 
 
 @eqx.filter_jit
-def _chunk(parts, project, optimizer, phase, length, carry):
+def _chunk(parts, project, optimizer, phase, length, sizes, carry):
     """`length` steps of `optimizer` from `carry` = (params, optimiser state, the last params
-    with a finite loss and gradient, the factor on the updates): (the carry after them, the
-    negative log-likelihood at the end, how many steps met a non-finite loss or gradient).
+    with a finite loss and gradient, the factor on the updates, a PRNG key): (the carry after
+    them, the negative log-likelihood at the end, how many steps met a non-finite loss or
+    gradient). `sizes` (static; per group, (a mini-batch's members, the group's) or None for
+    all; None for no mini-batches): each step draws its members from the key.
 
     A step from a point whose loss or gradient is not finite (a solve failed there) goes
     back to the last finite point and halves the factor on the updates, so that the next
     step from there is shorter; each finite step doubles it back towards 1."""
     import optax
 
-    def loss(params):
-        nll, prior = parts(params)
+    def loss(params, batch=None):
+        nll, prior = parts(params, batch)
         return nll + prior
 
+    def draw(key):
+        """Per group, the members of this step's mini-batch."""
+        keys = jax.random.split(key, len(sizes))
+        return tuple(
+            None if size is None else jax.random.permutation(keys[g], size[1])[: size[0]]
+            for g, size in enumerate(sizes)
+        )
+
     def step(carry, _):
-        params, state, good, factor = carry
-        value, grad = jax.value_and_grad(loss)(params)
+        params, state, good, factor, key = carry
+        key, step_key = jax.random.split(key)
+        batch = None if sizes is None else draw(step_key)
+        value, grad = jax.value_and_grad(loss)(params, batch)
         finite = jnp.isfinite(value)
         for leaf in jax.tree.leaves(grad):
             finite = finite & jnp.all(jnp.isfinite(leaf))
@@ -270,7 +315,7 @@ def _chunk(parts, project, optimizer, phase, length, carry):
         moved, state = jax.lax.cond(finite, advance, back, None)
         good = jax.tree.map(lambda p, g: jnp.where(finite, p, g), params, good)
         factor = jnp.where(finite, jnp.minimum(2.0 * factor, 1.0), 0.5 * factor)
-        return (moved, state, good, factor), ~finite
+        return (moved, state, good, factor, key), ~finite
 
     # optax's updates mix Python floats with int32 step counts (Adam's bias correction),
     # which a caller's strict dtype promotion would refuse
