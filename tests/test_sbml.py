@@ -79,25 +79,27 @@ def test_a_reaction_changes_a_concentration_by_its_rate_over_the_volume(tmp_path
     np.testing.assert_allclose(ys[:, 1], 2.0 * (3.0 - a), rtol=1e-9, atol=1e-12)
 
 
-def _switch_model(tmp_path):
-    """x' = 1 while t < 1, then 0 (a piecewise of time in a rate rule): x = min(t, 1)."""
+def _switch_model(tmp_path, at="<cn>1</cn>"):
+    """x' = 1 while t < `at`, then 0 (a piecewise of time in a rate rule): x = min(t, 1)
+    for at = 1; a parameter c = 1 is there to be read instead."""
     body = (
         f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
-        '<listOfParameters><parameter id="x" value="0" constant="false"/></listOfParameters>'
+        '<listOfParameters><parameter id="x" value="0" constant="false"/>'
+        '<parameter id="c" value="1" constant="true"/></listOfParameters>'
         '<listOfRules><rateRule variable="x">'
         + _MATH.format(
             '<piecewise><piece><cn>1</cn><apply><lt/><csymbol encoding="text" '
-            'definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>'
-            "</piece><otherwise><cn>0</cn></otherwise></piecewise>"
+            'definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+            f"{at}</apply></piece><otherwise><cn>0</cn></otherwise></piecewise>"
         )
         + "</rateRule></listOfRules>"
     )
-    return ds.sbml.load(_write(tmp_path, body))
+    return ds.sbml.load(_write(tmp_path, body, name=f"switch{len(at)}.xml"))
 
 
 def test_a_switch_on_time_stops_the_solver_and_each_side_keeps_its_own_field(tmp_path):
     """Simulated alone, x' = (1 while t < 1) switches inside a step: x(2) is only near 1
-    (the previous test). As an experiment's changes (`model.changes()`), the solve stops at
+    (the next test). As an experiment's changes (`model.changes()`), the solve stops at
     t = 1 and integrates [0, 1] with x' = 1 and [1, 2] with x' = 0 throughout, their end
     points included: x = min(t, 1) to round-off."""
     model = _switch_model(tmp_path)
@@ -121,6 +123,13 @@ def test_a_switch_on_time_stops_the_solver_and_each_side_keeps_its_own_field(tmp
     )
     [predicted] = problem.predictions()
     np.testing.assert_allclose(predicted["prediction"], np.minimum(times, 1.0), atol=1e-12)
+    # a switch time read from a parameter: from its setting; never (inf), or moved by the
+    # experiment's own changes: no stop, the comparison reads the time
+    read = _switch_model(tmp_path, at="<ci>c</ci>")
+    assert read.time_switches == ("after:c",)
+    assert read.changes({"c": 2.0}) == [(0.0, {"after:c": 0.0}), (2.0, {"after:c": 1.0})]
+    assert read.changes({"c": float("inf")}) == []
+    assert read.changes({"c": 2.0}, varying={"c"}) == []
 
 
 def test_rules_initial_assignments_functions_and_piecewise(tmp_path):

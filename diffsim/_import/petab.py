@@ -318,6 +318,7 @@ class _Builder:
                                 **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
                             },
                             t0=e.t0,
+                            varying={n for _, a in (e.changes or []) for n in a},
                         ),
                         f"{self.path}: {e.name}",
                     ),
@@ -508,11 +509,11 @@ class _InitialState:
 
     def __call__(self, p):
         model = self.model
-        p = model.chosen(p)  # a species' value given by a formula (`SBMLModel.with_choices`)
         state = model.initial_state({k: v for k, v in p.items() if k in model.params})
+        chosen = model.chosen(p)  # a species' value given by a formula (`with_choices`)
         for name in self.species:
             i = model.state_names.index(name)
-            state = state.at[i].set(jnp.where(p[_SET + name] > 0, p[name], state[i]))
+            state = state.at[i].set(jnp.where(p[_SET + name] > 0, chosen[name], state[i]))
         return state
 
 

@@ -211,7 +211,7 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
                 )
             merged[target] = value
     species = set(model.state_names)
-    known = _Known(set(parameter_ids) | set(model.params))
+    known = _Known(set(parameter_ids) | set(model.params), set(model.params) | species)
     rows, timing = [], {}
     eids = (
         measurements["experimentId"].str.strip()
@@ -237,18 +237,10 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
             for target, value in periods[eid][-math.inf].items():
                 if target not in species:
                     start.setdefault(target, value)
-        for target, value in list(start.items()):
-            if not _is_number(value) and not _NAME.match(value):
-                # a formula: a number that selects it (`SBMLModel.with_choices`); a species
-                # is set (to a placeholder the choice replaces)
-                start[f"choose:{target}"] = str(known.choice(target, value, path, eid))
-                if target in species:
-                    start[target] = "0"
-                else:
-                    del start[target]
-        rows.append({"conditionId": sim, **start})
+        rows.append({"conditionId": sim, **_as_choices(start, species, known, path, eid)})
         if pre:
-            rows.append({"conditionId": pre, **periods[eid][-math.inf]})
+            rested = _as_choices(periods[eid][-math.inf], species, known, path, eid)
+            rows.append({"conditionId": pre, **rested})
         changes = [
             (t, _changes(model, periods[eid][t], t, path, eid, species, known)) for t in times[1:]
         ]
@@ -268,6 +260,21 @@ def _periods(model, conditions, experiments, measurements, path, parameter_ids):
     return chosen, wide, table, timing
 
 
+def _as_choices(settings: dict, species: set, known, path, eid) -> dict:
+    """A period's settings with each formula a number that selects it
+    (`SBMLModel.with_choices`): `choose:<id>`; a species is set, to a placeholder the chosen
+    formula replaces."""
+    out = dict(settings)
+    for target, value in settings.items():
+        if not _is_number(value) and not _NAME.match(value):
+            out[f"choose:{target}"] = str(known.choice(target, value, path, eid))
+            if target in species:
+                out[target] = "0"
+            else:
+                del out[target]
+    return out
+
+
 def _on_model(model, assignments: dict) -> dict:
     return {
         k: StateAssignment(model, v.compiled, v.time) if isinstance(v, StateAssignment) else v
@@ -279,8 +286,9 @@ class _Known:
     """The parameters' ids, and each expression compiled once (so that equal assignments at
     equal times are equal `StateAssignment`s, and their experiments batch together)."""
 
-    def __init__(self, parameters: set):
+    def __init__(self, parameters: set, settable: set):
         self.parameters = parameters
+        self.settable = settable  # what a formula may set: parameters, compartments, species
         self.compiled: dict = {}
         self.choices: dict = {}  # id -> the formulas that set it, in order (text)
         self.read: set = set()  # the ids those formulas read
@@ -288,8 +296,20 @@ class _Known:
     def choice(self, target: str, text: str, path, eid) -> int:
         """The number (1, 2, …) that selects the formula `text` for `target`."""
         where = f"{path}: experiment {eid}, {target}"
+        if target not in self.settable:
+            raise PetabError(
+                f"{where}: {target} is set to the formula {text!r}, but it is no parameter, "
+                "compartment or species of the model"
+            )
         self.compile(text, where)
-        self.read |= {x.name for x in parse_formula(text, where).free_symbols}
+        reads = {x.name for x in parse_formula(text, where).free_symbols}
+        unknown = sorted(reads - self.parameters)
+        if unknown:
+            raise PetabError(
+                f"{where}: the formula {text!r} reads {', '.join(unknown)}, which the "
+                "parameter table and the model's parameters do not define"
+            )
+        self.read |= reads
         options = self.choices.setdefault(target, [])
         if text not in options:
             options.append(text)

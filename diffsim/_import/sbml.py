@@ -29,6 +29,7 @@ size) are traced like any model's fields: `ds.Problem` estimates them by name.
 
 import copy
 import dataclasses
+import math
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -117,17 +118,22 @@ class SBMLModel(AbstractODE):
         return env[name]
 
     def with_choices(self, choices: Mapping, reads=()) -> "SBMLModel":
-        """The model where each id of `choices` (a parameter, a compartment or a species'
-        initial value) takes the k-th of its expressions of the parameters (functions env ->
-        value) when the parameter `choose:<id>` is k ≥ 1, and its own value at 0 (the
-        default): settings and changes that are formulas (PEtab v2's conditions) become
-        numbers that select them, so that experiments with different formulas batch.
+        """The model where each id of `choices` (a parameter or a compartment; a species'
+        initial value where `chosen` is applied to the values it starts from, as `ds.petab`
+        does) takes the k-th of its expressions of the parameters (functions env -> value)
+        when the parameter `choose:<id>` is k ≥ 1, and its own value at 0 (the default):
+        settings and changes that are formulas (PEtab v2's conditions) become numbers that
+        select them, so that experiments with different formulas batch. A formula is
+        evaluated from the parameters' current values wherever the id is read (equal to
+        v2's assignment at the period's start while what it reads stays constant).
         `reads`: the ids the expressions read, made parameters of the model where they are
         not (NaN until a `ds.Problem` sets them: every one is evaluated, selected or not)."""
         copied = copy.copy(self)
         merged = dict(self.structure.choices)
         for name, options in choices.items():
-            merged[name] = merged.get(name, ()) + tuple(options)
+            if name in merged:  # the numbers would no longer be the caller's
+                raise ValueError(f"{name} already has formulas to choose from")
+            merged[name] = tuple(options)
         structure = dataclasses.replace(self.structure, choices=tuple(merged.items()))
         object.__setattr__(copied, "structure", structure)
         dtype = jnp.result_type(float)
@@ -164,12 +170,16 @@ class SBMLModel(AbstractODE):
         object.__setattr__(copied, "structure", dataclasses.replace(self.structure, events=()))
         return copied
 
-    def changes(self, values: Mapping | None = None, t0: float = 0.0) -> list:
+    def changes(self, values: Mapping | None = None, t0: float = 0.0, varying=()) -> list:
         """The file's time-triggered events and its switches on time as
         `ds.Experiment(changes=...)`: a list of `(time, {variable: value})`, the times from the
         parameters (`values`, dict id → number, overriding the file's: a condition's
         settings); events at one time merged; each switch's flag (`time_switches`) set at t0
-        and at its time (unless an estimated parameter sets that: then it follows the time);
+        and at its time (unless that time is not a finite number known before the fit: read
+        from an estimated parameter, from one that an event, a formula (`with_choices`) or
+        the names in `varying` (what an experiment's own changes set) may change; then the
+        flag follows the time); at a switch's time itself the flag already says "after",
+        so a measurement exactly there reads `time > c` as true and `time <= c` as false;
         an event whose time is at or before `t0` acts at `t0` if its trigger may fire there
         (SBML's `initialValue="false"`), else never. A parameter's new value must be a number
         or another parameter; a species' may be any expression of the state and parameters
@@ -210,10 +220,16 @@ class SBMLModel(AbstractODE):
                         f"{source}: event {eid} sets parameter {variable} to {expr}, which "
                         "diffsim does not support (a number or another parameter only)"
                     )
+        moved = set(varying) | {
+            variable for event in self.structure.events for variable, _, _ in event[3]
+        }
+        moved |= {n for n, _ in self.structure.choices if env.get(f"choose:{n}", 0.0) != 0.0}
         for flag, time_of, reads in self.structure.switches:
-            if any(not isinstance(env.get(n, 0.0), numbers.Real) for n in reads):
-                continue  # a time the fit moves: the flag follows the time (no stop there)
+            if reads & moved or any(not isinstance(env.get(n, 0.0), numbers.Real) for n in reads):
+                continue  # a time the fit or a change moves: the flag follows the time
             time = float(time_of(env))
+            if not math.isfinite(time):
+                continue  # never (or undefined): the comparison reads the time as it is
             merged.setdefault(float(t0), {})[flag] = 1.0 if time <= t0 else 0.0
             if time > t0:
                 merged.setdefault(time, {})[flag] = 1.0

@@ -204,8 +204,9 @@ class AbstractRosenbrockTableau(AbstractRosenbrock):
         s, n = len(tab.b), y.shape[0]
         dtype = y.dtype
         a = _lower(tab.a, s, dtype)
-        # divided by h after the product, so that the coefficients stay constants of the loop
-        # (a batch of step sizes would make them a batched carry that XLA:CPU no longer fuses)
+        # divided by h after the product, so that the coefficients stay constants of the loop:
+        # scaled by a batch of step sizes (under vmap) they became a batched array the loop
+        # reads, and XLA:CPU then ran the stage loop as separate calls rather than one kernel
         coupling = _lower(tab.C, s, dtype)
         c = jnp.asarray(tab.c, dtype)
         d = jnp.asarray(tab.d, dtype)

@@ -21,11 +21,13 @@ warm-up, `block_until_ready`), XLA's temporary buffer size of the compiled progr
 from diffrax's default gradient relative to its largest entry. Ratios are against diffrax's
 default, as the targets of hybrid models are.
 
-`--train S` instead trains Dandekar's UDE of the PEtab-SciML collection with `ds.train` from S
-seeded network initialisations (Adam 3,000 steps at 3e-3, then L-BFGS 2,000, float64) and reports
-the best validation log-likelihood against the collection's expected one.
+`--train S` instead trains a PEtab-SciML problem (`--problem`: Dandekar's UDE, the default, or
+Ko's neural ODE) with `ds.train` from S seeded network initialisations (Adam `--steps`, default
+3,000, at 3e-3, then L-BFGS `--lbfgs-steps`, default 2,000, float64) and reports the best
+validation log-likelihood against the collection's expected one.
 
-Run: `python experiments/bench/hybrid.py [--quick] [--train S]`
+Run: `python experiments/bench/hybrid.py [--quick] [--train S [--problem P] [--steps N]
+[--lbfgs-steps N]]`
 """
 
 import argparse
