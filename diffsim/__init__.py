@@ -35,6 +35,7 @@ from ._fit.study import (
 )
 from ._fit.study_fit import ProblemFit as ProblemFit
 from ._fit.study_profile import profile as profile, refit as refit
+from ._fit.study_shooting import multiple_shooting as multiple_shooting
 from ._fit.study_train import train as train, Trained as Trained
 from ._integrate.dae import consistent_initial_state as consistent_initial_state
 from ._integrate.dense import DenseOutput as DenseOutput
