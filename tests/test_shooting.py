@@ -25,7 +25,7 @@ def _oscillation():
 
 def test_windows_with_estimated_starts_find_what_one_shot_misses():
     """From ω = 1.2, one shot ends far from 2 (a local optimum of the ten-period fit); ten
-    windows (their starts estimated, continuity at the data's noise level) reach ω = 2 to
+    windows (their starts estimated, continuity at the default 5% of each component) reach ω = 2 to
     1e-6, and that value is the original problem's optimum (its llh there is the exact
     data's, 121 · log(1 / (√(2π) 0.05)))."""
     problem = _oscillation()
@@ -46,6 +46,33 @@ def test_windows_with_estimated_starts_find_what_one_shot_misses():
     t = 3.0
     assert fit.params["swing [window 1]:0"] == pytest.approx(np.cos(2 * t), abs=1e-6)
     assert fit.params["swing [window 1]:1"] == pytest.approx(-2 * np.sin(2 * t), abs=1e-6)
+
+
+def test_windows_at_the_trajectory_add_only_their_continuity_terms():
+    """Two experiments of different spans (one from t0 = 0.5, its start a function of the
+    estimated ω): at the unknowns' values the windows start on the trajectory, so every
+    measurement is predicted as before and each continuity defect is 0: the llh is the
+    original's plus log N(0; 0, σᵢ) per continuity measurement (1e-6, the solves' tolerance)."""
+    problem = _oscillation()
+    late = ds.Experiment(
+        {"time": np.linspace(1.0, 9.0, 17), "observable": ["x"] * 17, "value": np.zeros(17)},
+        y0=lambda p: jnp.stack([1.0, p["w"]]),
+        t0=0.5,
+        name="late",
+    )
+    problem = ds.Problem(
+        problem.model,
+        [problem.experiments[0], late],
+        problem.observables,
+        problem.unknowns,
+        solver=problem.solver,
+    )
+    shooting = ds.multiple_shooting(problem, 3, sigma=[0.1, 0.2])
+    assert len(shooting.experiments) == 6
+    constants = 2 * sum(np.log(1 / (np.sqrt(2 * np.pi) * s)) for s in (0.1, 0.2))  # per edge
+    assert shooting.llh() == pytest.approx(problem.llh() + 2 * constants, abs=1e-6)
+    with pytest.raises(ValueError, match=r"one per state component, 2\)"):
+        ds.multiple_shooting(problem, 3, sigma=[0.1, 0.2, 0.3])
 
 
 def test_bad_shooting_requests_are_refused():

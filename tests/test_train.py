@@ -54,22 +54,27 @@ def _problems():
     return train, validation
 
 
+def _trained(train, **options):
+    """The chain's network trained by Adam (600 steps at 2e-2) then L-BFGS (100)."""
+    return ds.train(
+        train,
+        "net",
+        steps=600,
+        learning_rate=2e-2,
+        lbfgs_steps=100,
+        every=100,
+        progress=False,
+        **options,
+    )
+
+
 def test_a_ude_learns_the_term_it_stands_for_and_its_rate_constant():
     """From a seeded network and k = 0.3: Adam (600 steps) then L-BFGS (100). The learned
     removal equals 0.5·y over the data's range, k = 1, the training llh reaches the normal
     constant of exact data (96 · log(1 / (√(2π) 0.01)) = 353.87), and the mechanistic
     unknown's standard error given the network comes from ds.fit of the trained problem."""
     train, validation = _problems()
-    trained = ds.train(
-        train,
-        "net",
-        steps=600,
-        learning_rate=2e-2,
-        lbfgs_steps=100,
-        validation=validation,
-        every=100,
-        progress=False,
-    )
+    trained = _trained(train, validation=validation)
     ceiling = 96 * np.log(1 / (np.sqrt(2 * np.pi) * 0.01))
     # within 0.1 of the ceiling: residuals of ~0.05 σ on average
     assert trained.llh == pytest.approx(ceiling, abs=0.1) and trained.llh < ceiling
@@ -140,19 +145,52 @@ def test_a_mini_batch_is_the_whole_log_likelihood_in_the_mean_and_trains_as_well
     assert np.mean([float(v) for v, _ in draws]) == pytest.approx(float(whole), rel=1e-12)
     np.testing.assert_allclose(np.mean([g for _, g in draws], axis=0), whole_grad, rtol=1e-10)
     assert float(draws[0][0]) != pytest.approx(float(whole), rel=1e-3)  # each draw differs
-    trained = ds.train(
-        train,
-        "net",
-        steps=600,
-        learning_rate=2e-2,
-        lbfgs_steps=100,
-        batch_size=1,
-        key=jax.random.key(3),
-        every=100,
-        progress=False,
-    )
+    trained = _trained(train, batch_size=1, key=jax.random.key(3))
     ceiling = 96 * np.log(1 / (np.sqrt(2 * np.pi) * 0.01))
     assert trained.llh == pytest.approx(ceiling, abs=0.1)
     assert trained.params["k"] == pytest.approx(1.0, rel=1e-3)
     with pytest.raises(ValueError, match="batch_size must be None or an int >= 1"):
         ds.train(train, "net", batch_size=0, progress=False)
+
+
+def test_a_mini_batch_of_two_of_three_maps_each_row_to_its_own_member():
+    """Three decays from doses 1, 2, 4, log-normal noise on y − off with each experiment's own
+    offset (0.2, 0.4, 0.8, half its smallest state): the states of the dose-1 experiment under
+    the dose-4 experiment's offset go negative, no prediction for log-normal noise. Each
+    two-of-three mini-batch's NLL is finite (an undrawn member's rows are selected out, not
+    multiplied by 0) and the mean over the three draws is the whole NLL, gradient included
+    (round-off)."""
+    from diffsim._fit.study_objective import negative_log_likelihood
+
+    model = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.3})
+    ts = np.linspace(0.5, 3.0, 6)
+    experiments = [
+        ds.Experiment(
+            {"time": ts, "observable": ["y"] * ts.size, "value": dose * np.exp(-0.3 * ts)},
+            y0=jnp.array([dose]),
+            set={"off": off},
+            name=f"dose {dose}",
+        )
+        for dose, off in ((1.0, 0.2), (2.0, 0.4), (4.0, 0.8))
+    ]
+    problem = ds.Problem(
+        model,
+        experiments,
+        {"y": ds.Observable(lambda t, y, p: y[0] - p["off"], noise="log-normal", sigma=0.1)},
+        {
+            "k": ds.Unknown(0.3, bounds=(1e-2, 10.0), scale="log10"),
+            "off": ds.Unknown(0.0, estimate=False),
+        },
+        solver=ds.Tsit5(rtol=1e-8, atol=1e-10),
+    )
+    assert len(problem.tables.groups) == 1
+    theta = jnp.asarray(problem.theta())
+
+    def nll(theta, batch=None):
+        return negative_log_likelihood(problem, theta, batch=batch)[0]
+
+    whole, whole_grad = jax.value_and_grad(nll)(theta)
+    draws = [jax.value_and_grad(nll)(theta, (jnp.array(s),)) for s in ([0, 1], [2, 0], [1, 2])]
+    assert all(np.isfinite(float(v)) for v, _ in draws)
+    assert np.mean([float(v) for v, _ in draws]) == pytest.approx(float(whole), rel=1e-12)
+    np.testing.assert_allclose(np.mean([g for _, g in draws], axis=0), whole_grad, rtol=1e-10)

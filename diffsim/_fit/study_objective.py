@@ -212,8 +212,8 @@ def row_states(problem, theta, dtype, model=None, batch=None):
     in place of `problem.model` when given.
 
     `batch` (per group, an index array of its members, or None for all): only those members
-    are simulated; the rows of the others take a simulated member's states (finite, so that
-    a weight of zero on them also zeroes their gradient; see `batch_weights`)."""
+    are simulated; the rows of the others take a simulated member's states (solved, so that
+    no failed solve enters; `negative_log_likelihood` selects those rows out)."""
     tables = problem.tables
     pieces, order = [], []
     for g, group in enumerate(tables.groups):
@@ -354,7 +354,10 @@ def negative_log_likelihood(problem, theta, measured=None, model=None, batch=Non
     predictions, sigmas = observe(problem, theta, states, dtype)
     _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype, measured)
     if batch is not None:
-        nll = batch_weights(problem, batch, dtype) * nll
+        # a row of an undrawn member reads another member's states under its own settings,
+        # which may be no prediction at all (a log-noise prediction ≤ 0 is NaN): selected out
+        weights = batch_weights(problem, batch, dtype)
+        nll = jnp.where(weights > 0, weights * nll, 0.0)
     return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))
 
 

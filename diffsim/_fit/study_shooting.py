@@ -21,7 +21,7 @@ from .study import Experiment, Observable, Problem, Unknown
 _START, _NEXT = "shoot:start:{}", "shoot:next:{}"
 
 
-def multiple_shooting(problem: Problem, segments: int, *, sigma: float | None = None) -> Problem:
+def multiple_shooting(problem: Problem, segments: int, *, sigma=None) -> Problem:
     """`problem` with each experiment cut into `segments` windows of equal length between its
     t0 and its last measurement.
 
@@ -31,25 +31,23 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma: float | None = 
     - `segments`: windows per experiment (≥ 2).
     - `sigma`: the noise of the continuity measurements: at the end of each window but the
       last, every state component minus the next window's start, measured as 0 with this
-      standard deviation (in the state's units: smaller pulls the windows together harder,
-      and too small a value makes the fit as hard as one shot; default: the median noise
-      level of the measurements at the unknowns' values).
+      standard deviation (a number or one per component, in the state's units: smaller
+      pulls the windows together harder, and too small a value makes the fit as hard as one
+      shot; default: 5% of each component's largest magnitude at the windows' starts).
 
     **Returns:** a `ds.Problem` with the same model and observables plus `continuity:<i>` per
     state component, the windows as experiments (`"<name> [window k]"`; a measurement at a
     boundary belongs to the window it ends), and per window after the first its start, the
     unknowns `"<name> [window k]:<i>"` (linear scale, unbounded, estimated), initialised
     from the original problem's trajectory at its unknowns' values. Windows after the first
-    start from their unknowns, not from a pre-equilibration.
+    start from their unknowns, not from a pre-equilibration. `ds.fit`'s screen scatters
+    unbounded unknowns by ±max(|value|, 1): give `starts=` (e.g. `problem.theta()[None]`)
+    to start from the trajectory itself.
     """
     if not isinstance(problem, Problem):
         raise TypeError(f"ds.multiple_shooting: expected a ds.Problem, got {problem!r}")
     if isinstance(segments, bool) or not isinstance(segments, int) or segments < 2:
         raise ValueError(f"ds.multiple_shooting: segments must be an int >= 2, got {segments!r}")
-    if sigma is None:
-        sigma = float(np.median(np.concatenate([p["sigma"] for p in problem.predictions()])))
-    if not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"ds.multiple_shooting: sigma must be positive, got {sigma!r}")
     for name, changes in zip(problem.experiment_names, problem.changes):
         if changes:
             raise ValueError(
@@ -59,17 +57,29 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma: float | None = 
     names = list(problem.observables)
     size = _state_size(problem)
     boundaries = [
-        _boundaries(e, rows, segments) for e, rows in zip(problem.experiments, problem.rows)
+        _boundaries(label, e, rows, segments)
+        for label, e, rows in zip(problem.experiment_names, problem.experiments, problem.rows)
     ]
     starts = _trajectory_at(problem, boundaries, size)
+    for label, states in zip(problem.experiment_names, starts):
+        bad = np.nonzero(~np.all(np.isfinite(states), axis=1))[0]
+        if bad.size:
+            raise ValueError(
+                f"ds.multiple_shooting: experiment {label!r} cannot be simulated to the start "
+                f"of its window {bad[0] + 1} at the unknowns' values (the solve failed): "
+                "start from values it can be simulated at"
+            )
+    sigmas = _continuity_sigmas(sigma, starts, size)
     observables = dict(problem.observables)
-    for i in range(size):
-        key = f"continuity:{i}"
-        if key in observables:
-            raise ValueError(f"ds.multiple_shooting: the problem already has an observable {key!r}")
-        observables[key] = Observable(_Defect(i), sigma=float(sigma))
     unknowns = dict(problem.unknowns)
+    taken = sorted(
+        {f"continuity:{i}" for i in range(size)} & set(observables)
+        | {f(i) for f in (_START.format, _NEXT.format) for i in range(size)} & set(unknowns)
+    )
+    if taken:
+        raise ValueError(f"ds.multiple_shooting: the problem already has {taken}")
     for i in range(size):
+        observables[f"continuity:{i}"] = Observable(_Defect(i), sigma=float(sigmas[i]))
         # what each window's own settings point at (its start, the next window's start)
         unknowns[_START.format(i)] = Unknown(0.0, estimate=False)
         unknowns[_NEXT.format(i)] = Unknown(0.0, estimate=False)
@@ -85,6 +95,8 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma: float | None = 
             after = [f"{label} [window {k + 1}]:{i}" for i in range(size)]
             if k:
                 for i, name in enumerate(start):
+                    if name in unknowns:
+                        raise ValueError(f"ds.multiple_shooting: the problem already has {name!r}")
                     unknowns[name] = Unknown(float(starts[e][k - 1][i]))
             mine = window_of == k
             data = {
@@ -147,20 +159,47 @@ class _Defect:
         return y[self.i] - p[_NEXT.format(self.i)]
 
 
+def _continuity_sigmas(sigma, starts, size: int) -> np.ndarray:
+    """Per state component, the continuity measurements' noise: `sigma` (a number, or one per
+    component), by default 5% of the component's largest magnitude at the windows' starts
+    (1e-3 of the largest component's where a component is zero there): in the state's own
+    units, whatever the observables' noise models and scalings."""
+    if sigma is None:
+        largest = np.max(np.abs(np.concatenate(starts)), axis=0)
+        if not np.max(largest) > 0:
+            return np.ones(size)
+        return np.maximum(0.05 * largest, 1e-3 * np.max(largest))
+    sigmas = np.asarray(sigma, dtype=float).ravel()
+    if sigmas.size == 1:
+        sigmas = np.full(size, sigmas[0])
+    if sigmas.size != size or not np.all(np.isfinite(sigmas)) or not np.all(sigmas > 0):
+        raise ValueError(
+            f"ds.multiple_shooting: sigma must be positive (a number or one per state "
+            f"component, {size}), got {sigma!r}"
+        )
+    return sigmas
+
+
 def _state_size(problem: Problem) -> int:
     from .study_objective import row_states
 
     theta = jnp.asarray(problem.theta())
-    return int(row_states(problem, theta, theta.dtype).shape[1])
+    states = row_states(problem, theta, theta.dtype)
+    if states.ndim != 2:
+        raise ValueError(
+            "ds.multiple_shooting: the model's state must be a vector (its windows' starts are "
+            f"unknowns per component), got states of shape {states.shape[1:]}"
+        )
+    return int(states.shape[1])
 
 
-def _boundaries(experiment: Experiment, rows, segments: int) -> np.ndarray:
+def _boundaries(label: str, experiment: Experiment, rows, segments: int) -> np.ndarray:
     """The windows' ends but the last: equal lengths from t0 to the last measurement."""
     t0, t1 = float(experiment.t0), float(np.max(rows.time))
     if not t1 > t0:
         raise ValueError(
-            f"ds.multiple_shooting: experiment {experiment.name!r} has no measurement after its "
-            "t0 to cut into windows"
+            f"ds.multiple_shooting: experiment {label!r} has no measurement after its t0 to "
+            "cut into windows"
         )
     return t0 + (t1 - t0) * np.arange(1, segments) / segments
 
