@@ -39,6 +39,8 @@ def test_windows_with_estimated_starts_find_what_one_shot_misses():
     )
     # from the same guess (ω = 1.2, the windows' starts on its trajectory), not screened
     fit = ds.fit(shooting, starts=np.asarray(shooting.theta())[None], progress=False)
+    # 1e-6: exact data, so the optimum is ω = 2 up to the solves' error (rtol 1e-8 over ten
+    # periods) and the fit's stopping tolerance
     assert fit.params["w"] == pytest.approx(2.0, abs=1e-6)
     ceiling = 121 * np.log(1 / (np.sqrt(2 * np.pi) * 0.05))
     assert problem.llh({"w": fit.params["w"]}) == pytest.approx(ceiling, abs=1e-6)

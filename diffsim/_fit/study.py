@@ -1018,13 +1018,20 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     return tuple(found)
 
 
-def _state_size(problem: Problem, base: dict) -> int:
+def state_shape(problem: Problem, base: dict | None = None) -> tuple[int, ...]:
+    """The shape of the model's state: the first experiment's y0 (a function of the
+    parameters evaluated abstractly, at `base`, default their base values)."""
     experiment = problem.experiments[0]
     if callable(experiment.y0):
         import jax
 
-        return int(np.prod(jax.eval_shape(experiment.y0, base).shape))
-    return int(np.size(np.asarray(experiment.y0)))
+        base = _base_values(problem) if base is None else base
+        return tuple(jax.eval_shape(experiment.y0, base).shape)
+    return np.shape(np.asarray(experiment.y0))
+
+
+def _state_size(problem: Problem, base: dict) -> int:
+    return int(np.prod(state_shape(problem, base)))
 
 
 def _groups(problem, per_experiment, per_pre, offsets, per_segment, resolve) -> tuple[Group, ...]:

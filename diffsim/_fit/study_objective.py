@@ -215,44 +215,42 @@ def row_states(problem, theta, dtype, model=None, batch=None):
     are simulated; the rows of the others take a simulated member's states (solved, so that
     no failed solve enters; `negative_log_likelihood` selects those rows out)."""
     tables = problem.tables
-    pieces, order = [], []
+    pieces = []
     for g, group in enumerate(tables.groups):
         subset = None if batch is None else batch[g]
         states = _simulate_group(problem, group, theta, dtype, model, subset)
         member = jnp.asarray(group.row_member)
         if subset is not None:
             # each member's place in the subset (the subset's first where it is not in it)
-            members = group.settings.kind.shape[0]
             place = (
-                jnp.zeros(members, jnp.int32)
+                jnp.zeros(len(group.members), jnp.int32)
                 .at[subset]
                 .set(jnp.arange(subset.shape[0], dtype=jnp.int32))
             )
             member = place[member]
         pieces.append(states[member, jnp.asarray(group.row_time)])
-        order.append(group.rows)
-    stacked = jnp.concatenate(pieces)
-    inverse = np.argsort(np.concatenate(order))
-    return stacked[jnp.asarray(inverse)]
+    return _in_row_order(pieces, tables.groups)
+
+
+def _in_row_order(pieces, groups):
+    """Per-group arrays over their measurement rows, joined in the study's row order."""
+    inverse = np.argsort(np.concatenate([group.rows for group in groups]))
+    return jnp.concatenate(pieces)[jnp.asarray(inverse)]
 
 
 def batch_weights(problem, batch, dtype):
     """Each measurement's weight in a mini-batch's log-likelihood (`row_states`' `batch`):
     members/|subset| for the rows of a chosen member of its group, 0 for the others, so that
     over uniformly drawn subsets its mean is the whole log-likelihood."""
-    tables = problem.tables
-    pieces, order = [], []
-    for group, subset in zip(tables.groups, batch):
+    pieces = []
+    for group, subset in zip(problem.tables.groups, batch):
         if subset is None:  # every member simulated
             pieces.append(jnp.ones(len(group.rows), dtype))
         else:
-            members = group.settings.kind.shape[0]
+            members = len(group.members)
             chosen = jnp.zeros(members, dtype).at[subset].set(1.0)
-            scale = members / subset.shape[0]
-            pieces.append(scale * chosen[jnp.asarray(group.row_member)])
-        order.append(group.rows)
-    inverse = np.argsort(np.concatenate(order))
-    return jnp.concatenate(pieces)[jnp.asarray(inverse)]
+            pieces.append(members / subset.shape[0] * chosen[jnp.asarray(group.row_member)])
+    return _in_row_order(pieces, problem.tables.groups)
 
 
 def observe(problem, theta, states, dtype):

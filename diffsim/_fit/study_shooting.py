@@ -16,7 +16,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from .study import Experiment, Observable, Problem, Unknown
+from .study import Experiment, Observable, Problem, state_shape, Unknown
 
 _START, _NEXT = "shoot:start:{}", "shoot:next:{}"
 
@@ -181,16 +181,13 @@ def _continuity_sigmas(sigma, starts, size: int) -> np.ndarray:
 
 
 def _state_size(problem: Problem) -> int:
-    from .study_objective import row_states
-
-    theta = jnp.asarray(problem.theta())
-    states = row_states(problem, theta, theta.dtype)
-    if states.ndim != 2:
+    shape = state_shape(problem)
+    if len(shape) != 1:
         raise ValueError(
             "ds.multiple_shooting: the model's state must be a vector (its windows' starts are "
-            f"unknowns per component), got states of shape {states.shape[1:]}"
+            f"unknowns per component), got a state of shape {shape}"
         )
-    return int(states.shape[1])
+    return int(shape[0])
 
 
 def _boundaries(label: str, experiment: Experiment, rows, segments: int) -> np.ndarray:

@@ -144,9 +144,7 @@ def train(
     # per group of experiments run as one batch: (how many a mini-batch simulates, of how
     # many), None where it simulates all
     sizes = tuple(
-        None
-        if batch_size is None or batch_size >= g.settings.kind.shape[0]
-        else (batch_size, g.settings.kind.shape[0])
+        None if batch_size is None or batch_size >= len(g.members) else (batch_size, len(g.members))
         for g in problem.tables.groups
     )
     paths = _network_paths(problem.model, networks)

@@ -290,6 +290,7 @@ class _Known:
         self.parameters = parameters
         self.settable = settable  # what a formula may set: parameters, compartments, species
         self.compiled: dict = {}
+        self.parsed: dict = {}  # text -> its SymPy expression
         self.choices: dict = {}  # id -> the formulas that set it, in order (text)
         self.read: set = set()  # the ids those formulas read
 
@@ -302,7 +303,7 @@ class _Known:
                 "compartment or species of the model"
             )
         self.compile(text, where)
-        reads = {x.name for x in parse_formula(text, where).free_symbols}
+        reads = {x.name for x in self.parsed[text].free_symbols}
         unknown = sorted(reads - self.parameters)
         if unknown:
             raise PetabError(
@@ -327,7 +328,8 @@ class _Known:
     def compile(self, text: str, where: str):
         if text not in self.compiled:
             try:
-                self.compiled[text] = compile_expression(parse_formula(text, where), text)
+                self.parsed[text] = parse_formula(text, where)
+                self.compiled[text] = compile_expression(self.parsed[text], text)
             except ExpressionError as error:
                 raise PetabError(str(error)) from None
         return self.compiled[text]

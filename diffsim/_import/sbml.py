@@ -572,7 +572,14 @@ def _on_flags(expr, params: dict, switches: dict):
     changes nothing: the comparison reads the time as the file says.
     `switches` collects the flags' names -> (c, the flag's symbol)."""
 
-    def as_switch(relation):
+    found: dict = {}
+
+    def as_switch(relation):  # asked twice by `replace` (does it match, what replaces it)
+        if relation not in found:
+            found[relation] = _switched(relation)
+        return found[relation]
+
+    def _switched(relation):
         if not isinstance(relation, _ORDERINGS) or TIME not in relation.free_symbols:
             return None
         difference = sympy.expand(relation.lhs - relation.rhs)
