@@ -267,8 +267,11 @@ def test_bad_studies_are_refused_with_what_to_do():
         problem(solver=ds.RK4())
     with pytest.raises(ValueError, match="a value on a log scale must be positive"):
         ds.Unknown(-1.0, scale="log10")
-    with pytest.raises(ValueError, match="outside its bounds"):
-        ds.Unknown(20.0, bounds=(0, 10))
+    # a value outside the bounds is a nominal value (PEtab allows it): warned, and fits
+    # start from the nearest bound
+    with pytest.warns(UserWarning, match="outside its bounds.*start from the nearest bound"):
+        outside = ds.Unknown(20.0, bounds=(0, 10))
+    assert outside.value == 20.0
     with pytest.raises(ValueError, match="noise=.*must be one of"):
         ds.Observable(lambda t, y, p: y[0], noise="gaussian")
     # a problem that estimates nothing evaluates (its llh at the values given) but fits nothing

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model import AbstractODE, check_model
+from .._warn import warn
 from .._solver.base import AbstractSolver, check_solver
 from .data import Data
 from .study_changes import (
@@ -53,7 +54,9 @@ class Unknown:
     """A parameter of a study estimated from its data (or held at `value` with
     `estimate=False`).
 
-    - `value`: its value in natural units: the start of a fit, the nominal value.
+    - `value`: its value in natural units: the nominal value (where `Problem.llh()`
+      evaluates) and the start of a fit. A value outside `bounds` is allowed with a warning
+      (PEtab's nominal values may lie there); fits start from the nearest bound.
     - `bounds`: `(lower, upper)` in natural units (`None` for an open side); on a log scale
       both must be positive. A fit stays strictly inside them.
     - `scale`: `"lin"`, `"log"` or `"log10"`: the coordinate it is optimised, screened
@@ -101,7 +104,12 @@ class Unknown:
                     "be positive"
                 )
         if self.estimate and not low <= value <= high:
-            raise ValueError(f"Unknown(value={value}) lies outside its bounds ({low}, {high})")
+            # PEtab allows it (a published value where the likelihood is evaluated, bounds
+            # for the search); a fit starts from the nearest bound (`Problem.first_guess`)
+            warn(
+                f"Unknown(value={value}) lies outside its bounds ({low}, {high}): llh() is "
+                "evaluated there, but fits, profiles and training start from the nearest bound"
+            )
         if self.prior is not None and not hasattr(self.prior, "log_prob"):
             raise TypeError(
                 f"Unknown(prior=...) must be a numpyro distribution, got {self.prior!r}"
@@ -409,6 +417,13 @@ class Problem:
         return np.asarray(
             [float(params.get(n, self.unknowns[n].value)) for n in self.names], np.float64
         )
+
+    def first_guess(self) -> np.ndarray:
+        """`theta()` with each value outside its unknown's bounds moved onto the nearest bound:
+        where a fit, a profile from the guess and training start."""
+        lower = np.asarray([self.unknowns[n].bounds[0] for n in self.names], np.float64)
+        upper = np.asarray([self.unknowns[n].bounds[1] for n in self.names], np.float64)
+        return np.clip(self.theta(), lower, upper)
 
     def llh(self, params: Mapping | None = None) -> float:
         """The log-likelihood of every measurement at `params` (natural values of estimated

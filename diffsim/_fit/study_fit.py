@@ -241,7 +241,7 @@ def fit_problem(
     )
     tables = problem.tables
     dtype = jnp.result_type(float)
-    guess = scaled_on_host(problem.theta(), tables.scales)
+    guess = scaled_on_host(problem.first_guess(), tables.scales)
     given = None
     if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
         count = check_static_count("starts", int(starts))

@@ -199,7 +199,7 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
     if start == "fit":
         first = np.asarray([result.params_on_scale[n] for n in names])
     else:
-        first = scaled_on_host(problem.theta(), tables.scales)
+        first = scaled_on_host(problem.first_guess(), tables.scales)
     dtype = jnp.result_type(float)
     out = jax.device_get(_refit(problem, jnp.asarray(first, dtype), jnp.asarray(values, dtype)))
     scaled = np.asarray(out["scaled"])

@@ -154,7 +154,7 @@ def train(
     dtype = jnp.result_type(float)
     lower, upper = jnp.asarray(tables.lower, dtype), jnp.asarray(tables.upper, dtype)
     weights = [eqx.filter(get(problem.model, p), eqx.is_inexact_array) for p in paths]
-    params = (jnp.asarray(scaled_on_host(problem.theta(), tables.scales), dtype), weights)
+    params = (jnp.asarray(scaled_on_host(problem.first_guess(), tables.scales), dtype), weights)
 
     def model_of(weights):
         nets = [

@@ -36,6 +36,7 @@ pre-equilibration; several models or problems in one YAML file.
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -44,6 +45,7 @@ import numpy as np
 
 from .._fit.study import Experiment, Observable, Problem, Unknown
 from .._validate import user_path
+from .._warn import warn
 from .expressions import compile_expression, ExpressionError, parse_formula
 from .petab_sciml import is_sciml, read as read_sciml
 from .petab_tables import PetabError, read_table, read_tables
@@ -253,16 +255,21 @@ class _Builder:
                 )
             try:
                 prior, on_scale = _prior(row) if estimate else (None, False)
-                out[name] = Unknown(
-                    nominal,
-                    bounds=(low, high) if estimate else None,
-                    scale=scale,
-                    estimate=estimate,
-                    prior=prior,
-                    prior_on_scale=on_scale,
-                )
+                # a nominal value outside the bounds is allowed (warned about, naming it)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out[name] = Unknown(
+                        nominal,
+                        bounds=(low, high) if estimate else None,
+                        scale=scale,
+                        estimate=estimate,
+                        prior=prior,
+                        prior_on_scale=on_scale,
+                    )
             except (TypeError, ValueError, PetabError) as error:
                 raise PetabError(f"{self.path}: parameter {name}: {error}") from None
+            for caught_warning in caught:
+                warn(f"{self.path}: parameter {name}: {caught_warning.message}")
         return out
 
     # --- conditions -------------------------------------------------------------------------
