@@ -473,6 +473,36 @@ def test_experiments_of_one_kind_compile_no_more_programs_than_one():
     assert one["k"] == pytest.approx(0.7, rel=1e-6) and eight["k"] == pytest.approx(0.7, rel=1e-6)
 
 
+def test_a_float32_study_of_experiments_of_different_lengths_is_each_experiment_alone():
+    """In float32, a batch of experiments with 3 and 6 measurement times (the shorter one's
+    times padded past its end) and a t0 1e-8 from a measurement time (one time in float32):
+    the study's llh is the sum of each experiment's alone, to float32 round-off. Padding 1e-9
+    apart made the shorter member's solve fail (its llh NaN)."""
+    with jax.enable_x64(False):
+        short = _long([0.5, 1.0, 1.5], "y", np.exp(-0.5 * np.array([0.5, 1.0, 1.5])))
+        times = np.linspace(0.5, 3.0, 6)
+        long = _long(times, "y", np.exp(-0.5 * (times - 0.5 + 1e-8)))
+        experiments = [
+            ds.Experiment(short, y0=jnp.ones(1), name="short"),
+            ds.Experiment(long, y0=jnp.ones(1), t0=0.5 - 1e-8, name="long"),
+        ]
+
+        def study(members):
+            return ds.Problem(
+                ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5}),  # float32 parameters
+                members,
+                {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
+                {"k": ds.Unknown(0.4, bounds=(0.01, 10.0), scale="log10")},
+                solver=ds.Tsit5(rtol=1e-5, atol=1e-7),
+            )
+
+        both = study(experiments)
+        assert len(both.tables.groups) == 1
+        alone = [study([e]).llh() for e in experiments]
+        assert np.isfinite(both.llh())
+        assert both.llh() == pytest.approx(sum(alone), rel=1e-5)
+
+
 @pytest.mark.parametrize("name", ["Boehm", "Fujita", "Bruno"])
 def test_published_studies_reproduce_their_log_likelihood(name):
     """The benchmark collection's studies written by hand (experiments/bench/_studies.py):

@@ -42,6 +42,7 @@ from .study_changes import (
     SegmentTables,
     signature,
     state_assignments,
+    working_precision,
 )
 from .study_objective import evaluate_llh, evaluate_predictions
 
@@ -1094,7 +1095,7 @@ def _groups(problem, per_experiment, per_pre, offsets, per_segment, resolve) -> 
             grid = grids[m]
             times = problem.rows[e].time
             row_member.append(np.full(len(times), m, np.int32))
-            row_time.append(np.searchsorted(grid, times).astype(np.int32))
+            row_time.append(np.searchsorted(grid, working_precision(times)).astype(np.int32))
             row_ids.append(np.arange(offsets[e], offsets[e + 1]))
         groups.append(
             Group(
@@ -1142,7 +1143,8 @@ def _changing_group(problem, members, per_pre, offsets, per_segment, resolve) ->
         times = problem.rows[e].time
         segment = segment_of(problem.changes[e], times)
         position = np.asarray(
-            [np.searchsorted(grids[m][j], t) for j, t in zip(segment, times)], np.int32
+            [np.searchsorted(grids[m][j], t) for j, t in zip(segment, working_precision(times))],
+            np.int32,
         )
         row_member.append(np.full(len(times), m, np.int32))
         row_time.append((segment * width + position).astype(np.int32))
@@ -1221,8 +1223,9 @@ def _y0_array(problem, e) -> np.ndarray:
 
 
 def _grid(t0, times) -> np.ndarray:
-    """The output times of one experiment: t0, then its distinct measurement times."""
-    return np.unique(np.concatenate([[float(t0)], np.asarray(times, np.float64)]))
+    """The output times of one experiment: t0, then its distinct measurement times (distinct
+    in the precision the solves run in)."""
+    return np.unique(working_precision(np.concatenate([[float(t0)], np.asarray(times)])))
 
 
 def _padded(grid: np.ndarray, width: int) -> np.ndarray:
@@ -1232,5 +1235,7 @@ def _padded(grid: np.ndarray, width: int) -> np.ndarray:
     if extra == 0:
         return grid
     end = grid[-1]
-    step = 1e-9 * max(1.0, abs(end))
+    # 1e-9 relative, but at least a few units of the last place of the working precision
+    # (float32: times 1e-9 apart are one time, and a solve to them fails)
+    step = max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps)) * max(1.0, abs(end))
     return np.concatenate([grid, end + step * np.arange(1, extra + 1)])

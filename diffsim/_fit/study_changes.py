@@ -20,6 +20,7 @@ import math
 import numbers
 from collections.abc import Mapping
 
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -154,6 +155,12 @@ def _identity(fn):
     return fn
 
 
+def working_precision(times) -> np.ndarray:
+    """Times (float64 on the host) rounded to the precision the solves run in, so that times
+    told apart on the host are apart in the solve (float32 merges times 1e-8 apart)."""
+    return np.asarray(np.asarray(times, np.float64).astype(jnp.result_type(float)), np.float64)
+
+
 def segment_of(changes: tuple, times) -> np.ndarray:
     """The segment each time lies in (0 before the first change); a time equal to a change's
     lies after it."""
@@ -163,9 +170,9 @@ def segment_of(changes: tuple, times) -> np.ndarray:
 def segment_grids(t0: float, changes: tuple, times) -> list[np.ndarray]:
     """Each segment's output times: its start, the measurement times within it and, but for
     the last, the next change's time (where the next segment starts)."""
-    starts = [float(t0)] + [c.time for c in changes]
-    ends = [c.time for c in changes] + [None]
-    times = np.asarray(times, np.float64)
+    starts = list(working_precision([float(t0)] + [c.time for c in changes]))
+    ends = starts[1:] + [None]
+    times = working_precision(times)
     grids = []
     for start, end in zip(starts, ends):
         inside = times[(times >= start) & ((times < end) if end is not None else True)]
