@@ -473,34 +473,61 @@ def test_experiments_of_one_kind_compile_no_more_programs_than_one():
     assert one["k"] == pytest.approx(0.7, rel=1e-6) and eight["k"] == pytest.approx(0.7, rel=1e-6)
 
 
-def test_a_float32_study_of_experiments_of_different_lengths_is_each_experiment_alone():
-    """In float32, a batch of experiments with 3 and 6 measurement times (the shorter one's
-    times padded past its end) and a t0 1e-8 from a measurement time (one time in float32):
-    the study's llh is the sum of each experiment's alone, to float32 round-off. Padding 1e-9
-    apart made the shorter member's solve fail (its llh NaN)."""
+def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():
+    """In float32 with the default solver: a batch of experiments with 3 and 6 measurement
+    times (the shorter one's padded past its end), a t0 1e-8 from a measurement time (one
+    time in float32) and a third started from the rest of another rate (pre-equilibration,
+    the default rest test): the study's llh is the sum of each experiment's alone, to float32
+    round-off, and the fit recovers both rates from exact data to 1e-4. Before, padding 1e-9
+    apart made the shorter member's solve fail (llh NaN), and the float64 defaults (rtol 1e-8
+    of the solver, 1e-8/1e-10 of the rest test) a rest never reached (NaN): the fit
+    "converged" far from the truth."""
     with jax.enable_x64(False):
-        short = _long([0.5, 1.0, 1.5], "y", np.exp(-0.5 * np.array([0.5, 1.0, 1.5])))
+        k, k_rest = 0.5, 2.0
+        short = _long([0.5, 1.0, 1.5], "y", np.exp(-k * np.array([0.5, 1.0, 1.5])))
         times = np.linspace(0.5, 3.0, 6)
-        long = _long(times, "y", np.exp(-0.5 * (times - 0.5 + 1e-8)))
+        long = _long(times, "y", np.exp(-k * (times - 0.5 + 1e-8)))
+        # y' = s − k y: at rest under s = 1, k_rest, then decaying with k from 1 / k_rest
+        rested = _long(times, "y", np.exp(-k * times) / k_rest)
         experiments = [
             ds.Experiment(short, y0=jnp.ones(1), name="short"),
             ds.Experiment(long, y0=jnp.ones(1), t0=0.5 - 1e-8, name="long"),
+            ds.Experiment(
+                rested,
+                y0=jnp.ones(1),
+                pre_equilibrate={"s": 1.0, "k": "k_rest"},
+                name="from rest",
+            ),
         ]
 
         def study(members):
             return ds.Problem(
-                ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5}),  # float32 parameters
+                ds.ODE(lambda t, y, p: p["s"] - p["k"] * y, {"k": 1.0, "s": 0.0}),  # float32
                 members,
                 {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
-                {"k": ds.Unknown(0.4, bounds=(0.01, 10.0), scale="log10")},
-                solver=ds.Tsit5(rtol=1e-5, atol=1e-7),
+                {
+                    "k": ds.Unknown(1.0, bounds=(0.01, 10.0), scale="log10"),
+                    "k_rest": ds.Unknown(1.0, bounds=(0.01, 10.0), scale="log10"),
+                },
             )
 
-        both = study(experiments)
-        assert len(both.tables.groups) == 1
+        every = study(experiments)
+        assert float(every.solver.rtol) == pytest.approx(1e-5)
         alone = [study([e]).llh() for e in experiments]
-        assert np.isfinite(both.llh())
-        assert both.llh() == pytest.approx(sum(alone), rel=1e-5)
+        assert np.all(np.isfinite(alone))
+        assert every.llh() == pytest.approx(sum(alone), rel=1e-5)
+        fit = ds.fit(every, progress=False)
+        assert fit.params["k"] == pytest.approx(k, rel=1e-4)
+        assert fit.params["k_rest"] == pytest.approx(k_rest, rel=1e-4)
+        # a factor that only scales an observable is found in float32 too (its linearity
+        # checked to float32's round-off, not float64's)
+        scaled = ds.Problem(
+            every.model,
+            experiments[:1],
+            {"y": ds.Observable(lambda t, y, p: p["scale"] * y[0], sigma=0.1)},
+            {"k": ds.Unknown(1.0, bounds=(0.01, 10.0)), "scale": ds.Unknown(1.0)},
+        )
+        assert [scaled.names[j] for j, _ in scaled.tables.scalings] == ["scale"]
 
 
 @pytest.mark.parametrize("name", ["Boehm", "Fujita", "Bruno"])

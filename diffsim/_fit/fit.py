@@ -83,7 +83,7 @@ def fit(
     - `observe`: `observe(y) -> observable` maps one state to what is measured (default: the
       whole state); applied at each data time. E.g. `lambda y: y[0]` for the angle only.
     - `solver`, `dt`, `max_steps`: as for `ds.simulate` (default `ds.Tsit5(rtol=1e-8,
-      atol=1e-8)`).
+      atol=1e-8)`; with a float32 `y0`, `rtol=1e-5, atol=1e-7`, what float32 resolves).
     - `events`: events with resets (impacts, switches) as for `ds.simulate`, or a function
       `model -> events` when they depend on fitted parameters (e.g. a restitution
       coefficient: `events=lambda m: m.impacts(max_events=20)`). Derivatives flow through the

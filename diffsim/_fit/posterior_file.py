@@ -72,8 +72,10 @@ def read(path, settings_type) -> dict:
         problem("its sample_stats 'diverging' are not true/false")
     if np.any(stats["n_steps"] < 1) or np.any(stats["n_steps"] != np.round(stats["n_steps"])):
         problem("its sample_stats 'n_steps' are not counts of leapfrog steps (>= 1)")
-    # a mean of min(1, ·) terms: 1 + a few ulps at most
-    if np.any(stats["acceptance_rate"] < 0) or np.any(stats["acceptance_rate"] > 1 + 1e-9):
+    # a mean of min(1, ·) terms: 1 + a few ulps of its precision at most (float32: 1e-7)
+    rate = stats["acceptance_rate"]
+    ulps = 16 * float(np.finfo(rate.dtype).eps) if np.issubdtype(rate.dtype, np.floating) else 0
+    if np.any(rate < 0) or np.any(rate > 1 + max(1e-9, ulps)):
         problem("its sample_stats 'acceptance_rate' are not probabilities")
     stats["step_size"] = _json_array(attrs, "step_size", problem, (chains,), positive=True)
     warmup_divergences = _json_array(attrs, "warmup_divergences", problem, (chains,))

@@ -15,7 +15,7 @@ import numpy as np
 from .._events import as_events, Event
 from .._model import AbstractODE, check_model
 from .._paths import floating_names, get, path_of
-from .._solver.adaptive import Tsit5
+from .._solver.adaptive import Tsit5, working_tolerances
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     as_state,
@@ -117,6 +117,8 @@ def assemble(spec: FitSpec) -> FitSetup:
     data = as_data(spec.data, spec.noise, spec.weights)
     y0 = _checked_y0(spec.y0)
     dtype = y0.dtype
+    if spec.solver is None:
+        solver = Tsit5(*working_tolerances(1e-8, 1e-8, dtype))
     unknowns = _unknowns(spec, y0)
     observed = _observations(spec, data, y0)
     check_positive_number("dt", spec.dt)

@@ -22,7 +22,7 @@ from jaxtyping import Array, PyTree
 from .._events import Event, RateCondition
 from .._model import AbstractDDE, check_model
 from .._results import RESULTS, SimulationError
-from .._solver.adaptive import AbstractAdaptiveSolver
+from .._solver.adaptive import AbstractAdaptiveSolver, working_tolerances
 from .._solver.base import check_solver
 from .._solver.rosenbrock import Rodas5P
 from .._validate import (
@@ -122,8 +122,8 @@ def steady_state(
     t0=0.0,
     method: str = "simulate",
     solver: AbstractAdaptiveSolver | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
+    rtol: float | None = None,
+    atol: float | None = None,
     max_time: float = 1e9,
     max_steps: int = 100_000,
     throw: bool = True,
@@ -145,7 +145,8 @@ def steady_state(
     - `solver`: an adaptive solver for the simulation (default `ds.Rodas5P(rtol=1e-6,
       atol=1e-9)`: stiff-safe, and its steps grow fast as the state settles).
     - `rtol`, `atol`: at rest means |f| ≲ atol + rtol·|y| per unit time, component by
-      component (in the RMS sense).
+      component (in the RMS sense). Default 1e-8 and 1e-10 (float64), 1e-5 and 1e-7 in
+      float32, whose rounding of f alone exceeds the float64 ones.
     - `max_time`: how long the trajectory may run before the solve gives up
       (`ds.RESULTS.no_steady_state`: it oscillates, grows, or settles too slowly).
     - `throw`: raise `ds.SimulationError` when no equilibrium is found (as `ds.simulate`);
@@ -173,6 +174,11 @@ def steady_state(
             f"steady_state integrates to rest with an adaptive solver (its steps grow as the "
             f"state settles); {type(solver).__name__} takes fixed steps: pass e.g. ds.Rodas5P()"
         )
+    dtype = real_dtype(jax.tree.map(as_state_leaf, as_state(y0)))
+    if rtol is None or atol is None:
+        default_rtol, default_atol = working_tolerances(1e-8, 1e-10, dtype)
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
     for name, value in (("rtol", rtol), ("atol", atol)):
         if jnp.ndim(value) != 0:
             raise ValueError(

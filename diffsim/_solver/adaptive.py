@@ -242,6 +242,17 @@ def unresolved_tolerance(solver: AbstractAdaptiveSolver, dtype) -> str | None:
     return None
 
 
+def working_tolerances(rtol: float, atol: float, dtype) -> tuple[float, float]:
+    """Default tolerances chosen for float64, loosened to what `dtype` resolves: unchanged in
+    float64; in float32 (rtol, atol) = (1e-5, 1e-7), the tightest its rounding lets a solve
+    or a rest test meet (a float64 default there fails: every step rejected, or a steady
+    state never "at rest")."""
+    floor = _resolvable(float(jnp.finfo(dtype).eps))
+    if rtol >= floor:
+        return rtol, atol
+    return floor, max(atol, 1e-2 * floor)
+
+
 def _resolvable(eps: float) -> float:
     """A tolerance the type resolves comfortably: 10 eps, rounded up to a power of ten."""
     return float(10.0 ** np.ceil(np.log10(10 * eps)))
