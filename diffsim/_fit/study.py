@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model import AbstractODE, check_model
-from .._warn import warn
 from .._solver.base import AbstractSolver, check_solver
+from .._warn import warn
 from .data import Data
 from .study_changes import (
     checked_changes,
