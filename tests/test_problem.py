@@ -530,6 +530,37 @@ def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():
         assert [scaled.names[j] for j, _ in scaled.tables.scalings] == ["scale"]
 
 
+def test_reverse_mode_gradients_equal_forward_mode_where_a_prediction_is_zero():
+    """y' = k, y(0) = 0, measured at t = 0 (the prediction exactly 0) with normal noise, and at
+    later times with Laplace and log10-normal noise, σ estimated: `jax.grad` of the
+    log-likelihood equals the forward-mode derivative (round-off). It was NaN for every model
+    parameter: the log of the linear rows' predictions, though not selected, had the
+    derivative 1/0 there, which reverse mode multiplies by the zero sent to it (ds.sample and
+    ds.train take such gradients)."""
+    ts = np.array([0.0, 0.5, 1.0, 2.0])
+    data = _concat(
+        _long(ts, "y", np.array([0.01, 0.9, 2.1, 3.9])),
+        _long(ts[1:], "z", np.array([1.1, 1.9, 4.2])),
+        _long(ts[1:], "w", np.array([0.8, 2.2, 4.1])),
+    )
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: jnp.broadcast_to(p["k"], y.shape), {"k": 1.0}),
+        [ds.Experiment(data, y0=jnp.zeros(1))],
+        {
+            "y": ds.Observable(lambda t, y, p: y[0], sigma="s"),
+            "z": ds.Observable(lambda t, y, p: y[0], noise="laplace", sigma="s"),
+            "w": ds.Observable(lambda t, y, p: y[0], noise="log10-normal", sigma=0.1),
+        },
+        {"k": ds.Unknown(2.0, bounds=(0.1, 10.0)), "s": ds.Unknown(0.5, bounds=(0.01, 10.0))},
+        solver=ds.Tsit5(rtol=1e-10, atol=1e-12),
+    )
+    theta = jnp.asarray(problem.theta())
+    reverse = jax.grad(problem.log_likelihood)(theta)
+    forward = jax.jacfwd(problem.log_likelihood)(theta)
+    assert np.all(np.isfinite(reverse))
+    np.testing.assert_allclose(reverse, forward, rtol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["Boehm", "Fujita", "Bruno"])
 def test_published_studies_reproduce_their_log_likelihood(name):
     """The benchmark collection's studies written by hand (experiments/bench/_studies.py):

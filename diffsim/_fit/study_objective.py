@@ -316,7 +316,10 @@ def _noise_terms(problem, predictions, sigmas, dtype, measured=None):
     logged, ln_base, _, _, laplace = noise_constants(problem)
     measured, jacobian = _measured_terms(problem, measured, dtype)
     positive = predictions > 0
-    safe = jnp.where(positive | ~logged, predictions, 1.0)
+    # only positive values reach the log, for every row: a prediction of exactly 0 on a
+    # linear row would otherwise make the unselected log's derivative 1/0, and reverse mode
+    # (jax.grad: ds.sample, ds.train) multiplies it by the zero the where sends there: NaN
+    safe = jnp.where(positive, predictions, 1.0)
     transformed = jnp.where(logged, jnp.log(safe) / jnp.asarray(ln_base, dtype), predictions)
     # a log model of a prediction that is not positive: no likelihood (NaN, an infinite loss)
     transformed = jnp.where(jnp.asarray(logged) & ~positive, jnp.nan, transformed)
