@@ -188,8 +188,9 @@ def test_laplace_noise_finds_the_median_and_the_mean_absolute_deviation():
 def test_a_pure_scaling_factor_is_set_in_closed_form():
     """y = s·x with s an unknown that only scales (found by `Tables.scalings`): one closed-form
     step from any s gives the weighted least-squares s = Σ h m/σ² / Σ h²/σ² (here the truth, 3,
-    from noise-free data at the true rate); an offset (s·x + 0.1) or an s
-    that is also a σ is not a pure scaling."""
+    from noise-free data at the true rate); an offset (s·x + 0.1, or s·x + off with off 0
+    by default and set to 1 by the experiment) or an s that is also a σ is not a pure
+    scaling."""
     from diffsim._fit.study_fit import _closed_form_refinement
     from diffsim._fit.study_objective import residuals, to_natural_values
 
@@ -220,6 +221,19 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
     assert 10 ** float(refined[1]) == pytest.approx(3.0, rel=1e-7)
     assert not study(lambda t, y, p: p["s"] * y[0] + 0.1).tables.scalings
     assert not study(lambda t, y, p: p["s"] * y[0], sigma="s").tables.scalings
+    # an offset that is 0 by default but set by the experiment (or estimated) is an offset:
+    # the closed form of s·x alone would be wrong there
+    offset = ds.Problem(
+        model,
+        experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"off": 1.0})],
+        observables={"A": ds.Observable(lambda t, y, p: p["s"] * y[0] + p["off"], sigma=0.1)},
+        unknowns={
+            "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
+            "s": ds.Unknown(0.7, bounds=(1e-3, 1e3), scale="log10"),
+            "off": ds.Unknown(0.0, estimate=False),
+        },
+    )
+    assert not offset.tables.scalings
     # with a prior the closed form (which ignores it) is not used: s is fitted with the rest
     import numpyro.distributions as dist
 
@@ -254,6 +268,32 @@ def test_bad_studies_are_refused_with_what_to_do():
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"kk": 1.0})])
     with pytest.raises(ValueError, match=r"observables\['y'\].sigma names 'noise'"):
         problem(observables={"y": ds.Observable(lambda t, y, p: y[0], sigma="noise")})
+    # what the functions do is checked when the problem is built (traced, nothing computed)
+    with pytest.raises(ValueError, match=r"b's initial state has shape \(2,\), a's \(1,\)"):
+        problem(
+            experiments=[
+                ds.Experiment(data, y0=jnp.array([1.0]), name="a"),
+                ds.Experiment(data, y0=jnp.array([1.0, 2.0]), name="b"),
+            ]
+        )
+    with pytest.raises(ValueError, match=r"observables\['y'\] returns shape \(2,\): one number"):
+        problem(
+            experiments=[ds.Experiment(data, y0=jnp.array([1.0, 2.0]))],
+            observables={"y": ds.Observable(lambda t, y, p: y)},
+        )
+    with pytest.raises(
+        ValueError, match=r"observables\['y'\] reads p\['scale'\], which is neither"
+    ):
+        problem(observables={"y": ds.Observable(lambda t, y, p: p["scale"] * y[0])})
+    with pytest.raises(
+        ValueError, match=r"sigma is 'noise', fixed at a value that is not positive"
+    ):
+        problem(
+            observables={"y": ds.Observable(lambda t, y, p: y[0], sigma="noise")},
+            unknowns={**unknowns, "noise": ds.Unknown(0.0, estimate=False)},
+        )
+    with pytest.warns(UserWarning, match=r"unknowns \['kk'\] are estimated but read by nothing"):
+        problem(unknowns={**unknowns, "kk": ds.Unknown(1.0)})
     with pytest.raises(ValueError, match=r"name observables \['z'\] the study does not define"):
         problem(experiments=[ds.Experiment(_long([1.0], "z", np.ones(1)), y0=jnp.ones(1))])
     with pytest.raises(ValueError, match="log10-normal noise, but a measurement of it is -1"):
@@ -507,7 +547,13 @@ def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():
                 {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
                 {
                     "k": ds.Unknown(1.0, bounds=(0.01, 10.0), scale="log10"),
-                    "k_rest": ds.Unknown(1.0, bounds=(0.01, 10.0), scale="log10"),
+                    "k_rest": ds.Unknown(
+                        1.0,
+                        bounds=(0.01, 10.0),
+                        scale="log10",
+                        # held where no member rests (nothing reads it there)
+                        estimate=any(m.pre_equilibrate for m in members),
+                    ),
                 },
             )
 

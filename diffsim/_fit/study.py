@@ -334,6 +334,7 @@ class Problem:
             )
             for experiment, label in zip(self.experiments, self.experiment_names)
         )
+        _check_functions(self)
         for name, observable in self.observables.items():
             if observable.log_base is None:
                 continue
@@ -848,9 +849,130 @@ def build_tables(problem: Problem) -> Tables:
     )
 
 
-def _set_by_experiments(problem: Problem) -> set:
-    """The parameters an experiment (or its pre-equilibration) sets, and the unknowns it sets
-    them to: neither can be a pure σ or scaling (they reach the model)."""
+def _inputs_read(fn, args: tuple, where: str, problem: Problem):
+    """(the names of `p` that `fn(*args, p)` reads, its output's shape), traced abstractly
+    (nothing computed); `p` holds every parameter of the study. A name `p` lacks is refused
+    naming `where`."""
+    import jax
+    from jax.extend.core import Var  # literals (constants) are not
+
+    dtype = jnp.result_type(float)
+    names = sorted(problem.parameter_names)
+    abstract = {n: jax.ShapeDtypeStruct((), dtype) for n in names}
+    try:
+        closed = jax.make_jaxpr(lambda args, p: fn(*args, p))(args, abstract)
+    except KeyError as error:
+        key = error.args[0] if error.args else error
+        raise ValueError(
+            f"{where} reads p[{key!r}], which is neither a parameter of "
+            f"{type(problem.model).__name__} ({', '.join(problem.model_parameters) or 'none'}) "
+            f"nor an unknown ({', '.join(problem.unknowns) or 'none'}): add it to unknowns"
+        ) from None
+    jaxpr = closed.jaxpr
+    first = len(jax.tree.leaves(args))  # the arguments' leaves, then p's in sorted key order
+    reads = {v: {n} for v, n in zip(jaxpr.invars[first:], names)}
+    for eqn in jaxpr.eqns:
+        found = set().union(*(reads.get(v, set()) for v in eqn.invars if isinstance(v, Var)))
+        for v in eqn.outvars:
+            reads[v] = found
+    out = set().union(*(reads.get(v, set()) for v in jaxpr.outvars if isinstance(v, Var)))
+    shapes = [tuple(v.aval.shape) for v in jaxpr.outvars]
+    return out, shapes[0] if len(shapes) == 1 else None
+
+
+def _check_functions(problem: Problem) -> None:
+    """Every experiment's state of one shape; every observable and σ function one number,
+    reading only parameters the study has; every estimated unknown read by something (a typo
+    in its name would leave it without any effect: its fit would "converge" anywhere); no σ
+    fixed at a value ≤ 0."""
+    import jax
+
+    dtype = jnp.result_type(float)
+    read = set(problem.model_parameters) | _named_by_experiments(problem)
+    for rows in problem.rows:
+        for key, column in rows.overrides.items():
+            read |= {key} | {cell for cell in column if isinstance(cell, str)}
+    shapes = []
+    for experiment, label in zip(problem.experiments, problem.experiment_names):
+        if callable(experiment.y0):
+            names, shape = _inputs_read(experiment.y0, (), f"{label}'s y0 function", problem)
+            read |= names
+        else:
+            shape = np.shape(np.asarray(experiment.y0))
+        shapes.append(shape)
+        if shape != shapes[0]:
+            raise ValueError(
+                f"{label}'s initial state has shape {shape}, {problem.experiment_names[0]}'s "
+                f"{shapes[0]}: the experiments of a study start states of one model"
+            )
+    t = jax.ShapeDtypeStruct((), dtype)
+    y = jax.ShapeDtypeStruct(shapes[0], dtype)
+    for name, observable in problem.observables.items():
+        functions = [("", observable.fn)]
+        if callable(observable.sigma):
+            functions.append((".sigma", observable.sigma))
+        else:
+            read |= {observable.sigma} if isinstance(observable.sigma, str) else set()
+        for suffix, fn in functions:
+            where = f"observables[{name!r}]{suffix}"
+            names, shape = _inputs_read(fn, (t, y), where, problem)
+            read |= names
+            if shape is None or math.prod(shape) != 1:
+                raise ValueError(
+                    f"{where} returns {'several arrays' if shape is None else f'shape {shape}'}:"
+                    " one number per measurement is expected (e.g. y[0], not y)"
+                )
+    for changes in problem.changes:
+        for change in changes:
+            for fn in change.states.values():
+                if callable(fn):
+                    read |= _inputs_read(fn, (y,), "a change", problem)[0]
+    unread = [n for n in problem.names if n not in read]
+    if unread:
+        # a warning, not an error: one set of unknowns may serve studies of some experiments
+        warn(
+            f"unknowns {unread} are estimated but read by nothing: not a parameter of "
+            f"{type(problem.model).__name__} ({', '.join(problem.model_parameters) or 'none'}), "
+            "not named by a σ, an experiment's settings or data columns, and no observable, σ or "
+            "initial-state function reads them (a typo in the name?): their values do not "
+            "change the likelihood, and a fit leaves them where they start"
+        )
+    _check_fixed_sigmas(problem)
+
+
+def _check_fixed_sigmas(problem: Problem) -> None:
+    """A σ named by an observable and fixed (not estimated) at a value ≤ 0, by default or by
+    an experiment's settings or data column, has no likelihood."""
+    base = _base_values(problem)
+    for o, (name, observable) in enumerate(problem.observables.items()):
+        sigma = observable.sigma
+        if not isinstance(sigma, str):
+            continue
+        places = []
+        for experiment, label, rows in zip(
+            problem.experiments, problem.experiment_names, problem.rows
+        ):
+            # each measurement's σ: its data column's cell, else the experiment's setting,
+            # else the value (an estimated unknown's moves with the fit: not checked)
+            settings = experiment.set or {}
+            default = settings.get(sigma, None if sigma in problem.names else base[sigma])
+            cells = rows.overrides.get(sigma, np.full(len(rows.time), np.nan, object))
+            for cell in np.asarray(cells, object)[rows.observable == o]:
+                given = isinstance(cell, str) or not np.isnan(float(cell))
+                value = cell if given else default
+                if value is not None and not isinstance(value, str) and not float(value) > 0:
+                    where = "data column" if given else "σ"
+                    places.append(f"{label}'s {where} {float(value):g}")
+                    break
+        if places:
+            raise ValueError(
+                f"observables[{name!r}].sigma is {sigma!r}, fixed at a value that is not "
+                f"positive ({', '.join(places)}): a noise level must be > 0"
+            )
+
+
+def _named_by_experiments(problem: Problem) -> set:
+    """The names an experiment's settings, pre-equilibration or changes set or set things to."""
     referenced = set()
     for experiment in problem.experiments:
         for settings in (experiment.set or {}, experiment.pre_equilibrate):
@@ -862,6 +984,13 @@ def _set_by_experiments(problem: Problem) -> set:
             for value in (*change.parameters.values(), *change.states.values()):
                 if isinstance(value, str):
                     referenced.add(value)
+    return referenced
+
+
+def _set_by_experiments(problem: Problem) -> set:
+    """The parameters an experiment (or its pre-equilibration) sets, and the unknowns it sets
+    them to: neither can be a pure σ or scaling (they reach the model)."""
+    referenced = _named_by_experiments(problem)
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
     functions = [
@@ -991,15 +1120,26 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
         )
 
     def linear_in(fn, name) -> bool:
-        """fn(s) = s·fn(1) at every probe state, for s in 0, 0.5, 3, -2."""
+        """fn(s) = s·fn(1) at every probe state, for s in 0, 0.5, 3, -2: at the other
+        parameters' base values, then at values moved away from them (v·u + w): an offset
+        that is 0 by default but set by an experiment or estimated (y = s·h + off) makes
+        fn inhomogeneous in s where it is not 0."""
         t = jnp.zeros(())
         # round-off of the working precision (float32: 1e-7), not a tolerance on linearity
         rtol = max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps))
-        for state in probe:
+        rng = np.random.default_rng(1)
+        others = [
+            base,
+            *(
+                {n: v * rng.uniform(0.5, 2.0) + rng.uniform(0.1, 1.0) for n, v in base.items()}
+                for _ in range(len(probe) - 1)
+            ),
+        ]
+        for state, values in zip(probe, others):
 
-            def at(value, state=jnp.asarray(state)):
+            def at(value, state=jnp.asarray(state), values=values):
                 value = jnp.asarray(value, jnp.result_type(float))
-                return float(fn(t, state, {**base, name: value}))
+                return float(fn(t, state, {**values, name: value}))
 
             one = at(1.0)
             if not np.isfinite(one):

@@ -61,7 +61,10 @@ class ProblemFit:
     - `stderr`: standard errors on each unknown's scale (from `covariance`, the inverse Fisher
       information there); `confidence_intervals`: name → (lower, upper) natural values, the
       Wald interval at `level` on the scale mapped back; `correlation`.
-    - `converged`, `reason`: how the kept start's optimisation ended.
+    - `converged`, `reason`: how the kept start's optimisation ended. An optimum on a bound
+      counts as converged (the bounds are part of a study, as in PEtab: a constrained
+      optimum), and a `FitWarning` names the unknowns there; `ds.fit(model, y0, data)`'s
+      `converged` also asks that no fitted value sits on a bound.
     - `starts`: dict `llh`, `converged`, `params` (name → array) of every start, best first
       in `order`; `best_start`; `starts_reached`: how many starts came within 0.1 of the best
       log-likelihood.

@@ -222,7 +222,8 @@ def _trajectory_at(problem: Problem, boundaries, size: int) -> list:
         problem.model,
         experiments,
         observables,
-        problem.unknowns,
+        # held at their values: what only the original observables read is read by nothing
+        {n: dataclasses.replace(u, estimate=False) for n, u in problem.unknowns.items()},
         solver=problem.solver,
         max_steps=problem.max_steps,
     )
