@@ -168,6 +168,52 @@ def test_files_it_cannot_read_are_refused_with_the_reason(tmp_path):
         )
 
 
+def test_tables_that_would_be_read_wrongly_are_refused_naming_the_entry(tmp_path):
+    """Case 0003 (a formula with two placeholders, given per measurement) with one mistake at a
+    time that loaded silently before, each read as something else: a duplicate id (the last
+    row won), an estimate cell other than 0/1 (read as fixed), a measurement with a decimal
+    comma (dropped), a missing observable parameter (read as 0), a log-scale lower bound of 0
+    (made open). A missing measurement (NaN) is left out of the problem, and the simulation
+    table gives NaN on its row and every other row's prediction."""
+    import shutil
+
+    original = {}
+
+    def case(table, old, new, message):
+        folder = tmp_path / "0003"
+        if not folder.exists():
+            shutil.copytree(SUITE / "0003", folder)
+            for name in ("_parameters.tsv", "_measurements.tsv", "_observables.tsv"):
+                original[name] = (folder / name).read_text()
+        text = original[table]
+        assert old in text
+        (folder / table).write_text(text.replace(old, new, 1))
+        try:
+            if message is None:
+                return ds.petab.load(folder / "_0003.yaml")
+            with pytest.raises(ds.petab.PetabError, match=message):
+                ds.petab.load(folder / "_0003.yaml")
+        finally:
+            (folder / table).write_text(text)
+
+    case("_parameters.tsv", "k2\t", "k1\t", r"parameter table defines \['k1'\] more than once")
+    case("_parameters.tsv", "0.6\t1", "0.6\ttrue", r"parameter k2: estimate is 'true'; PEtab's")
+    case("_measurements.tsv", "\t0.7\t", "\t0,7\t", r"row 1 has measurement '0,7', not a number")
+    case("_measurements.tsv", "\t0.5;2\n", "\t0.5\n", r"row 1 gives 1 observableParameters")
+    case(
+        "_parameters.tsv",
+        "k1\tlin\t0\t",
+        "k1\tlog10\t0\t",
+        r"parameter k1: lowerBound 0 on a log10 scale",
+    )
+    problem = case("_measurements.tsv", "\t0.7\t", "\tNaN\t", None)
+    assert sum(len(r.time) for r in problem.rows) == 1
+    simulated = ds.petab.simulations(problem)["simulation"].to_numpy(dtype=float)
+    expected = pd.read_csv(SUITE / "0003" / "_simulations.tsv", sep="\t")["simulation"]
+    assert np.isnan(simulated[0])
+    np.testing.assert_allclose(simulated[1:], expected[1:], rtol=1e-6)
+
+
 def test_the_command_fits_a_problem_from_its_yaml_and_writes_the_result(tmp_path, capsys):
     """`diffsim fit problem.yaml --starts N --out DIR`: the starts are uniform on each
     parameter's scale (seeded, not the nominal values); what it writes agrees with itself and
@@ -480,4 +526,11 @@ def test_time_triggered_events_act_per_condition_at_the_times_its_settings_give(
         "observableId\tsimulationConditionId\ttime\tmeasurement\nobs_a\tearly\t1\t0.5\n"
     )
     with pytest.raises(ds.sbml.SBMLError, match="event dose depends on t_dose"):
+        ds.petab.load(tmp_path / "_0001.yaml")
+    # a steady-state measurement would ignore the events (the rest is reached without them)
+    (tmp_path / "_conditions.tsv").write_text("conditionId\tt_dose\nearly\t2\n")
+    (tmp_path / "_measurements.tsv").write_text(
+        "observableId\tsimulationConditionId\ttime\tmeasurement\nobs_a\tearly\tinf\t0.5\n"
+    )
+    with pytest.raises(ds.petab.PetabError, match=r"time = inf\) of early, whose model has events"):
         ds.petab.load(tmp_path / "_0001.yaml")

@@ -211,6 +211,14 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     (tmp_path / "broken.xml").write_text("<sbml><model")
     with pytest.raises(ds.sbml.SBMLError, match="broken.xml is not a valid SBML file"):
         ds.sbml.load(tmp_path / "broken.xml")
+    # ids nothing defines: a kinetic law's parameter (k), a species' compartment
+    undefined = f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+    undefined += _species("A", 1.0) + "</listOfSpecies>" + _decay()
+    with pytest.raises(ds.sbml.SBMLError, match=r"dA/dt reads \['k'\], which no species"):
+        ds.sbml.load(_write(tmp_path, undefined, "no_k.xml"))
+    nowhere = undefined.replace('compartment="c"', 'compartment="nowhere"')
+    with pytest.raises(ds.sbml.SBMLError, match="species A lies in compartment 'nowhere'"):
+        ds.sbml.load(_write(tmp_path, nowhere, "nowhere.xml"))
     event = (
         f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
         + _species("A", 1.0)

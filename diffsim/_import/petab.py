@@ -36,6 +36,7 @@ pre-equilibration; several models or problems in one YAML file.
 
 import dataclasses
 import math
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,7 +147,8 @@ def simulations(problem: Problem, params: Mapping | None = None):
         raise PetabError("this problem was not read from a PEtab file (ds.petab.load)")
     predicted = np.concatenate([e["prediction"] for e in problem.predictions(params)])
     table = source["measurements"].copy()
-    table["simulation"] = predicted[source["measurement_order"]]
+    order = np.asarray(source["measurement_order"])
+    table["simulation"] = np.where(order >= 0, predicted[np.maximum(order, 0)], np.nan)
     return table
 
 
@@ -238,6 +240,27 @@ class _Builder:
             missing = [c for c in columns if c not in table.columns]
             if missing:
                 raise PetabError(f"{path}: a table lacks the columns {missing}")
+        for table, column, what in (
+            (parameters, "parameterId", "parameter"),
+            (conditions, "conditionId", "condition"),
+            (observables, "observableId", "observable"),
+        ):
+            ids = table[column].astype(str).str.strip()
+            twice = sorted(set(ids[ids.duplicated()]))
+            if twice:
+                raise PetabError(
+                    f"{path}: the {what} table defines {twice} more than once (each id once)"
+                )
+        # per (kind, observable id): how many placeholders its formulas have
+        # (observableParameter<i>_<id>, noiseParameter<i>_<id>), which each of its
+        # measurements must give
+        self.placeholders = {}
+        for _, row in observables.iterrows():
+            oid = str(row["observableId"]).strip()
+            formulas = f"{row['observableFormula']} {row['noiseFormula']}"
+            for kind in ("observable", "noise"):
+                found = re.findall(rf"\b{kind}Parameter(\d+)_{re.escape(oid)}\b", formulas)
+                self.placeholders[kind, oid] = max((int(i) for i in found), default=0)
 
     # --- unknowns ---------------------------------------------------------------------------
 
@@ -248,10 +271,21 @@ class _Builder:
             scale = row["parameterScale"].strip() or "lin"
             nominal = _number(row["nominalValue"])
             low, high = _number(row["lowerBound"]), _number(row["upperBound"])
-            estimate = row["estimate"].strip() == "1"
+            flag = _number(row["estimate"])
+            if flag not in (0.0, 1.0):
+                raise PetabError(
+                    f"{self.path}: parameter {name}: estimate is {row['estimate'].strip()!r}; "
+                    "PEtab's estimate column holds 1 (estimated) or 0 (fixed)"
+                )
+            estimate = flag == 1.0
             if nominal is None or (estimate and (low is None or high is None)):
                 raise PetabError(
                     f"{self.path}: parameter {name}: bounds and nominal must be numbers"
+                )
+            if estimate and scale in ("log", "log10") and not low > 0:
+                raise PetabError(
+                    f"{self.path}: parameter {name}: lowerBound {low:g} on a {scale} scale "
+                    "(PEtab's bounds are natural values: a log-scale bound must be > 0)"
                 )
             try:
                 prior, on_scale = _prior(row) if estimate else (None, False)
@@ -333,7 +367,11 @@ class _Builder:
                 for e in experiments
             ]
             model = model.without_events()
-        return Problem(model, experiments, observables, unknowns, solver=solver)
+        try:
+            return Problem(model, experiments, observables, unknowns, solver=solver)
+        except ValueError as error:
+            message = str(error).replace("add it to unknowns", "add it to the parameter table")
+            raise PetabError(f"{self.path}: {message}") from None
 
     # --- observables ------------------------------------------------------------------------
 
@@ -393,8 +431,11 @@ class _Builder:
         steady = np.asarray([_number(t) == math.inf for t in table["time"]])
         for (pre, sim), at_rest in dict.fromkeys((k, r) for k, r in zip(keys, steady)):
             mine = np.asarray([k == (pre, sim) for k in keys]) & (steady == at_rest)
-            self.order[mine] = offset + np.arange(mine.sum())
-            offset += int(mine.sum())
+            # a missing measurement (NaN) is no row of the problem: -1
+            kept = mine & np.asarray([_number(v) == _number(v) for v in table["measurement"]])
+            self.order[mine] = -1
+            self.order[kept] = offset + np.arange(kept.sum())
+            offset += int(kept.sum())
             rows = table[mine]
             data = self.rows(rows, unknowns, at_rest=at_rest)
             settings = self.settings(self.condition(sim))
@@ -406,6 +447,13 @@ class _Builder:
                     raise PetabError(
                         f"{self.path}: steady-state measurements (time = inf) after a "
                         f"pre-equilibration ({pre} -> {sim}) are not supported yet"
+                    )
+                if self.model.timed_events or self.timing.get(sim, (0.0, None))[1]:
+                    # the steady state is reached from the start without the events' jumps
+                    raise PetabError(
+                        f"{self.path}: steady-state measurements (time = inf) of {sim}, whose "
+                        "model has events or changes at given times, are not supported yet "
+                        "(the rest would ignore them)"
                     )
                 pre_settings, reset, name = True, (), f"{sim} (steady state)"
             elif pre:
@@ -466,11 +514,31 @@ class _Builder:
     def rows(self, rows, unknowns: dict, at_rest: bool = False) -> dict:
         """The measurements of one experiment in long form; those at t = inf (`at_rest`) at
         its start, which is then the steady state."""
+        for column in ("time", "measurement"):
+            for index, cell in zip(rows.index, rows[column]):
+                if _number(cell) is None or (column == "time" and _number(cell) != _number(cell)):
+                    raise PetabError(
+                        f"{self.path}: the measurement table's row {index + 1} has {column} "
+                        f"{str(cell).strip()!r}, not a number (a decimal point, not a comma"
+                        + (")" if column == "time" else "; NaN or empty for a missing value)")
+                    )
         times = np.asarray([_number(t) for t in rows["time"]], dtype=float)
         if at_rest:
             times = np.zeros_like(times)
         values = np.asarray([_number(v) for v in rows["measurement"]], dtype=float)
         observables = [o.strip() for o in rows["observableId"]]
+        for kind, column in (("observable", "observableParameters"), ("noise", "noiseParameters")):
+            cells = rows[column] if column in rows.columns else [""] * len(rows)
+            for index, oid, cell in zip(rows.index, observables, cells):
+                cell = str(cell).strip()
+                given = 0 if not cell or cell.lower() == "nan" else len(cell.split(";"))
+                wanted = self.placeholders.get((kind, oid), 0)
+                if given != wanted:
+                    raise PetabError(
+                        f"{self.path}: the measurement table's row {index + 1} gives {given} "
+                        f"{column} for {oid}, whose formula has {wanted} "
+                        f"({kind}Parameter1_{oid} …): give one value or id per placeholder"
+                    )
         data = {"time": times, "observable": observables, "value": values}
         for kind, column in (("observable", "observableParameters"), ("noise", "noiseParameters")):
             if column not in rows.columns:

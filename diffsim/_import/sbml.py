@@ -395,6 +395,11 @@ def _build(model, source: str) -> SBMLModel:
         amount_units = species.getHasOnlySubstanceUnits()
         concentration[sid] = not amount_units
         compartment = species.getCompartment()
+        if model.getCompartment(compartment) is None:
+            raise SBMLError(
+                f"{source} is not a valid SBML file: species {sid} lies in compartment "
+                f"{compartment!r}, which the model does not define"
+            )
         species_compartment[sid] = compartment
         volume = params.get(compartment, 1.0)
         if species.isSetInitialConcentration():
@@ -484,6 +489,19 @@ def _build(model, source: str) -> SBMLModel:
         for name in _ordered(assignments, source, "initial assignments")
     )
     expressions.update(rules)
+    # an id no element defines would fail only when the model is simulated
+    known = set(states) | set(params) | set(rules) | {TIME.name}
+    labelled = [
+        (f"d{k}/dt" if k in states else f"the rule for {k}", e) for k, e in expressions.items()
+    ]
+    labelled += [(f"the initial assignment of {k}", e) for k, e in assignments.items()]
+    for where, expr in labelled:
+        undefined = sorted(x.name for x in expr.free_symbols if x.name not in known)
+        if undefined:
+            raise SBMLError(
+                f"{source} is not a valid SBML file: {where} reads "
+                f"{undefined}, which no species, compartment, parameter or rule defines"
+            )
     events = _time_events(model, math_of, source, params, states, rules)
     structure = _Structure(
         source=source,
