@@ -292,6 +292,13 @@ def test_bad_studies_are_refused_with_what_to_do():
             observables={"y": ds.Observable(lambda t, y, p: y[0], sigma="noise")},
             unknowns={**unknowns, "noise": ds.Unknown(0.0, estimate=False)},
         )
+    # a σ function that gives 0: no likelihood, and the warning says which measurement and why
+    zero_sigma = problem(
+        observables={"y": ds.Observable(lambda t, y, p: y[0], sigma=lambda t, y, p: 0.0 * y[0])},
+        unknowns={"k": unknowns["k"]},
+    )
+    with pytest.warns(UserWarning, match=r"experiment 0's y at t = 1 has σ = 0: a noise level"):
+        assert np.isnan(zero_sigma.llh())
     with pytest.warns(UserWarning, match=r"unknowns \['kk'\] are estimated but read by nothing"):
         problem(unknowns={**unknowns, "kk": ds.Unknown(1.0)})
     with pytest.raises(ValueError, match=r"name observables \['z'\] the study does not define"):

@@ -105,6 +105,8 @@ def test_posterior_views_and_file_round_trip(decay_posterior, tmp_path):
     np.testing.assert_array_equal(loaded.samples["k"], post.samples["k"])
     assert loaded.settings == post.settings
     assert loaded.summary().splitlines()[2:] == post.summary().splitlines()[2:]
+    # printed, a posterior says what it holds, not its draws
+    assert repr(post).startswith("Posterior(k") and len(repr(post)) < 200
     with pytest.raises(ValueError, match="loaded from a file"):
         loaded.predict()
     # the provenance keeps the solver's tolerances (equinox's repr printed rtol=f64[])

@@ -77,6 +77,13 @@ class Posterior:
     timings: dict = dataclasses.field(default_factory=dict)
     _density: Any = dataclasses.field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        # the draws themselves are thousands of numbers: `summary()` tabulates them
+        return (
+            f"Posterior({', '.join(self.names)}: {self.chains} chains × {self.draws} draws, "
+            f"{int(self.divergences.sum())} divergences; summary() for the table)"
+        )
+
     @property
     def chains(self) -> int:
         return self.settings.chains

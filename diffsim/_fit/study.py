@@ -432,8 +432,42 @@ class Problem:
 
     def llh(self, params: Mapping | None = None) -> float:
         """The log-likelihood of every measurement at `params` (natural values of estimated
-        unknowns; the others at their `value`), without the priors."""
-        return float(self._evaluate(params)[0])
+        unknowns; the others at their `value`), without the priors. Where it is not finite, a
+        warning names the first measurement without a likelihood and why."""
+        value = float(self._evaluate(params)[0])
+        if not math.isfinite(value):
+            reason = self.why_not_finite(params)
+            if reason:
+                warn(f"the log-likelihood is {value}: {reason}")
+        return value
+
+    def why_not_finite(self, params: Mapping | None = None) -> str | None:
+        """Why the log-likelihood at `params` is not finite: the first measurement (experiment,
+        observable, time) whose prediction is not finite (the solve failed there, or the
+        observable is undefined), whose σ is not positive, or whose log-scale noise meets a
+        prediction ≤ 0; None where every measurement has a likelihood."""
+        for experiment, label in zip(self.predictions(params), self.experiment_names):
+            observable = self.observables
+            for t, name, y, sigma in zip(
+                experiment["time"],
+                experiment["observable"],
+                experiment["prediction"],
+                experiment["sigma"],
+            ):
+                where = f"{label}'s {name} at t = {t:g}"
+                if not np.isfinite(y):
+                    return (
+                        f"{where} is predicted as {y} (the simulation failed before it, or the "
+                        "observable is undefined there)"
+                    )
+                if not (np.isfinite(sigma) and sigma > 0):
+                    return f"{where} has σ = {sigma:g}: a noise level must be positive"
+                if observable[name].log_base is not None and not y > 0:
+                    return (
+                        f"{where} is predicted as {y:g}, but its {observable[name].noise} "
+                        "noise needs a positive prediction"
+                    )
+        return None
 
     def with_model(self, model) -> "Problem":
         """The same problem (experiments, observables, unknowns, solver) about `model`, a model

@@ -539,6 +539,11 @@ def _result(
         )
     if not converged:
         notes.append(f"the best start did not converge: {code.message}")
+    if not np.isfinite(llh[best]):
+        # the optimiser's own words ("could not be simulated") may not be the reason
+        why = problem.why_not_finite({n: float(natural[best, i]) for i, n in enumerate(names)})
+        if why:
+            notes.append(f"no likelihood at the best start's end: {why}")
     if interrupted is not None:
         notes.append(
             f"interrupted: {interrupted[0]} of {interrupted[1]} starts finished; the result is "
