@@ -206,6 +206,19 @@ def test_tables_that_would_be_read_wrongly_are_refused_naming_the_entry(tmp_path
         "k1\tlog10\t0\t",
         r"parameter k1: lowerBound 0 on a log10 scale",
     )
+    # no observableParameters at all: the placeholders' values from the parameter table
+    # (libpetab's rule), the case's own llh
+    folder = tmp_path / "0003"
+    measurements = original["_measurements.tsv"].replace("\tobservableParameters", "")
+    (folder / "_measurements.tsv").write_text(measurements.replace("\t0.5;2", ""))
+    placeholders = "observableParameter1_obs_a\tlin\t0\t10\t0.5\t0\n"
+    placeholders += "observableParameter2_obs_a\tlin\t0\t10\t2\t0\n"
+    (folder / "_parameters.tsv").write_text(original["_parameters.tsv"] + placeholders)
+    solution = yaml.safe_load((SUITE / "0003" / "_0003_solution.yaml").read_text())
+    tabled = ds.petab.load(folder / "_0003.yaml")
+    assert tabled.llh() == pytest.approx(solution["llh"], abs=solution["tol_llh"])
+    (folder / "_measurements.tsv").write_text(original["_measurements.tsv"])
+    (folder / "_parameters.tsv").write_text(original["_parameters.tsv"])
     problem = case("_measurements.tsv", "\t0.7\t", "\tNaN\t", None)
     assert sum(len(r.time) for r in problem.rows) == 1
     simulated = ds.petab.simulations(problem)["simulation"].to_numpy(dtype=float)

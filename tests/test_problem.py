@@ -4,6 +4,7 @@ formulas, Laplace noise by the median, condition-specific unknowns, parametric i
 and pre-equilibration from exact data, a prior's posterior mode and spread from the conjugate
 normal case; the bad descriptions a study refuses."""
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -234,6 +235,13 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
         },
     )
     assert not offset.tables.scalings
+    # an offset fixed at 0 that nothing sets leaves a pure scaling; an offset in time does not
+    fixed = dataclasses.replace(offset.experiments[0], set=None)
+    assert [
+        offset.names[k]
+        for k, _ in ds.Problem(model, [fixed], offset.observables, offset.unknowns).tables.scalings
+    ] == ["s"]
+    assert not study(lambda t, y, p: p["s"] * y[0] + t).tables.scalings
     # with a prior the closed form (which ignores it) is not used: s is fitted with the rest
     import numpyro.distributions as dist
 
@@ -299,6 +307,10 @@ def test_bad_studies_are_refused_with_what_to_do():
     )
     with pytest.warns(UserWarning, match=r"experiment 0's y at t = 1 has σ = 0: a noise level"):
         assert np.isnan(zero_sigma.llh())
+    # a value outside its bound (a warning): uniform starts lie within the bounds all the same
+    with pytest.warns(UserWarning, match="outside its bounds"):
+        beyond = problem(unknowns={"k": ds.Unknown(5.0, bounds=(None, 1.0)), "sigma": 0.1})
+    assert np.all(beyond.uniform_starts(8)[:, 0] <= 1.0)
     with pytest.warns(UserWarning, match=r"unknowns \['kk'\] are estimated but read by nothing"):
         problem(unknowns={**unknowns, "kk": ds.Unknown(1.0)})
     with pytest.raises(ValueError, match=r"name observables \['z'\] the study does not define"):

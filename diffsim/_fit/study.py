@@ -406,7 +406,7 @@ class Problem:
 
         count = check_static_count("count", count)
         tables = self.tables
-        guess = scaled_on_host(self.theta(), tables.scales)
+        guess = scaled_on_host(self.first_guess(), tables.scales)
         lower = np.where(np.isfinite(tables.lower), tables.lower, guess - 1.0)
         upper = np.where(np.isfinite(tables.upper), tables.upper, guess + 1.0)
         unit = np.random.default_rng(seed).uniform(size=(count, len(self.names)))
@@ -992,7 +992,7 @@ def _check_fixed_sigmas(problem: Problem) -> None:
             default = settings.get(sigma, None if sigma in problem.names else base[sigma])
             cells = rows.overrides.get(sigma, np.full(len(rows.time), np.nan, object))
             for cell in np.asarray(cells, object)[rows.observable == o]:
-                given = isinstance(cell, str) or not np.isnan(float(cell))
+                given = isinstance(cell, str) or not (cell is None or np.isnan(float(cell)))
                 value = cell if given else default
                 if value is not None and not isinstance(value, str) and not float(value) > 0:
                     where = "data column" if given else "σ"
@@ -1142,6 +1142,11 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     observables = list(problem.observables.values())
     base = _base_values(problem)
     probe = np.random.default_rng(0).uniform(0.5, 2.0, (3, _state_size(problem, base)))
+    # the parameters whose values can differ from their base values: estimated, or set by an
+    # experiment, a change or a data column (a fixed offset of 0 stays 0)
+    movable = set(problem.names) | referenced
+    for measured in problem.rows:
+        movable |= set(measured.overrides)
     y = jnp.asarray(probe[0])
     sigma_names = {o.sigma for o in observables if isinstance(o.sigma, str)}
 
@@ -1157,21 +1162,25 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
         """fn(s) = s·fn(1) at every probe state, for s in 0, 0.5, 3, -2: at the other
         parameters' base values, then at values moved away from them (v·u + w): an offset
         that is 0 by default but set by an experiment or estimated (y = s·h + off) makes
-        fn inhomogeneous in s where it is not 0."""
-        t = jnp.zeros(())
+        fn inhomogeneous in s where it is not 0. Only the parameters that can move are moved
+        (`movable`): a fixed offset of 0 leaves a pure scaling."""
         # round-off of the working precision (float32: 1e-7), not a tolerance on linearity
         rtol = max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps))
         rng = np.random.default_rng(1)
         others = [
             base,
             *(
-                {n: v * rng.uniform(0.5, 2.0) + rng.uniform(0.1, 1.0) for n, v in base.items()}
+                {
+                    n: v * rng.uniform(0.5, 2.0) + rng.uniform(0.1, 1.0) if n in movable else v
+                    for n, v in base.items()
+                }
                 for _ in range(len(probe) - 1)
             ),
         ]
-        for state, values in zip(probe, others):
+        # and at other times (an offset d·t is no scaling either)
+        for t, state, values in zip((0.0, 0.7, 2.3), probe, others):
 
-            def at(value, state=jnp.asarray(state), values=values):
+            def at(value, state=jnp.asarray(state), values=values, t=jnp.asarray(t)):
                 value = jnp.asarray(value, jnp.result_type(float))
                 return float(fn(t, state, {**values, name: value}))
 

@@ -251,6 +251,7 @@ class _Builder:
                 raise PetabError(
                     f"{path}: the {what} table defines {twice} more than once (each id once)"
                 )
+        self.parameter_ids = set(parameters["parameterId"].astype(str).str.strip())
         # per (kind, observable id): how many placeholders its formulas have
         # (observableParameter<i>_<id>, noiseParameter<i>_<id>), which each of its
         # measurements must give
@@ -533,7 +534,12 @@ class _Builder:
                 cell = str(cell).strip()
                 given = 0 if not cell or cell.lower() == "nan" else len(cell.split(";"))
                 wanted = self.placeholders.get((kind, oid), 0)
-                if given != wanted:
+                # none given: the parameter table's values of the placeholders (libpetab's
+                # rule), where it has every one
+                tabled = all(
+                    f"{kind}Parameter{i}_{oid}" in self.parameter_ids for i in range(1, wanted + 1)
+                )
+                if given != wanted and not (given == 0 and tabled):
                     raise PetabError(
                         f"{self.path}: the measurement table's row {index + 1} gives {given} "
                         f"{column} for {oid}, whose formula has {wanted} "
