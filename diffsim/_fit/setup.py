@@ -113,11 +113,12 @@ class _Observations(NamedTuple):
 
 def assemble(spec: FitSpec) -> FitSetup:
     """Check every argument of a `ds.fit` call and assemble its problem and optimiser."""
-    solver = _check_arguments(spec)
+    _check_arguments(spec)
     data = as_data(spec.data, spec.noise, spec.weights)
     y0 = _checked_y0(spec.y0)
     dtype = y0.dtype
-    if spec.solver is None:
+    solver = spec.solver
+    if solver is None:  # Tsit5(rtol=1e-8, atol=1e-8), loosened to what the state's type resolves
         solver = Tsit5(*working_tolerances(1e-8, 1e-8, dtype))
     unknowns = _unknowns(spec, y0)
     observed = _observations(spec, data, y0)
@@ -173,14 +174,14 @@ def assemble(spec: FitSpec) -> FitSetup:
     )
 
 
-def _check_arguments(spec: FitSpec) -> AbstractSolver:
-    """The scalar options and the model and solver types; returns the solver (the default
-    when none was given)."""
+def _check_arguments(spec: FitSpec) -> None:
+    """The scalar options and the model and solver types (the default solver, chosen by the
+    state's type, is `assemble`'s)."""
     if spec.key is not None:
         check_key("key", spec.key)
     check_model("model", spec.model)
-    solver = Tsit5(rtol=1e-8, atol=1e-8) if spec.solver is None else spec.solver
-    check_solver("solver", solver)
+    if spec.solver is not None:
+        check_solver("solver", spec.solver)
     if spec.loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {spec.loss!r}")
     check_static_count("segments", spec.segments)
@@ -199,7 +200,6 @@ def _check_arguments(spec: FitSpec) -> AbstractSolver:
         raise ValueError("rtol and atol cannot both be 0: the fit could never converge")
     if spec.t0 is not None:
         check_real("t0", spec.t0)
-    return solver
 
 
 def _checked_y0(y0) -> jax.Array:

@@ -43,6 +43,7 @@ from .study_changes import (
     signature,
     state_assignments,
     working_precision,
+    working_round_off,
 )
 from .study_objective import evaluate_llh, evaluate_predictions
 
@@ -359,11 +360,7 @@ class Problem:
 
         def check(name, where):
             if name not in known:
-                raise ValueError(
-                    f"{where} names {name!r}, which is neither a parameter of "
-                    f"{type(self.model).__name__} ({', '.join(self.model_parameters) or 'none'}) "
-                    f"nor an unknown ({', '.join(self.unknowns) or 'none'}): add it to unknowns"
-                )
+                raise ValueError(_undefined(self, f"{where} names {name!r}"))
 
         for name, observable in self.observables.items():
             if isinstance(observable.sigma, str):
@@ -446,8 +443,8 @@ class Problem:
         observable, time) whose prediction is not finite (the solve failed there, or the
         observable is undefined), whose σ is not positive, or whose log-scale noise meets a
         prediction ≤ 0; None where every measurement has a likelihood."""
+        observable = self.observables
         for experiment, label in zip(self.predictions(params), self.experiment_names):
-            observable = self.observables
             for t, name, y, sigma in zip(
                 experiment["time"],
                 experiment["observable"],
@@ -883,6 +880,15 @@ def build_tables(problem: Problem) -> Tables:
     )
 
 
+def _undefined(problem: Problem, what: str) -> str:
+    """The message for a name that is neither a model parameter nor an unknown."""
+    return (
+        f"{what}, which is neither a parameter of {type(problem.model).__name__} "
+        f"({', '.join(problem.model_parameters) or 'none'}) nor an unknown "
+        f"({', '.join(problem.unknowns) or 'none'}): add it to unknowns"
+    )
+
+
 def _inputs_read(fn, args: tuple, where: str, problem: Problem):
     """(the names of `p` that `fn(*args, p)` reads, its output's shape), traced abstractly
     (nothing computed); `p` holds every parameter of the study. A name `p` lacks is refused
@@ -897,11 +903,7 @@ def _inputs_read(fn, args: tuple, where: str, problem: Problem):
         closed = jax.make_jaxpr(lambda args, p: fn(*args, p))(args, abstract)
     except KeyError as error:
         key = error.args[0] if error.args else error
-        raise ValueError(
-            f"{where} reads p[{key!r}], which is neither a parameter of "
-            f"{type(problem.model).__name__} ({', '.join(problem.model_parameters) or 'none'}) "
-            f"nor an unknown ({', '.join(problem.unknowns) or 'none'}): add it to unknowns"
-        ) from None
+        raise ValueError(_undefined(problem, f"{where} reads p[{key!r}]")) from None
     jaxpr = closed.jaxpr
     first = len(jax.tree.leaves(args))  # the arguments' leaves, then p's in sorted key order
     reads = {v: {n} for v, n in zip(jaxpr.invars[first:], names)}
@@ -1164,8 +1166,8 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
         that is 0 by default but set by an experiment or estimated (y = s·h + off) makes
         fn inhomogeneous in s where it is not 0. Only the parameters that can move are moved
         (`movable`): a fixed offset of 0 leaves a pure scaling."""
-        # round-off of the working precision (float32: 1e-7), not a tolerance on linearity
-        rtol = max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps))
+        # round-off of the working precision, not a tolerance on linearity
+        rtol = working_round_off()
         rng = np.random.default_rng(1)
         others = [
             base,
@@ -1425,5 +1427,5 @@ def _padded(grid: np.ndarray, width: int) -> np.ndarray:
     end = grid[-1]
     # 1e-9 relative, but at least a few units of the last place of the working precision
     # (float32: times 1e-9 apart are one time, and a solve to them fails)
-    step = max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps)) * max(1.0, abs(end))
+    step = working_round_off() * max(1.0, abs(end))
     return np.concatenate([grid, end + step * np.arange(1, extra + 1)])

@@ -161,6 +161,12 @@ def working_precision(times) -> np.ndarray:
     return np.asarray(np.asarray(times, np.float64).astype(jnp.result_type(float)), np.float64)
 
 
+def working_round_off() -> float:
+    """A relative difference the working precision resolves with room: 16 units of its last
+    place, at least 1e-9 (float64: 1e-9; float32: 1.9e-6)."""
+    return max(1e-9, 16 * float(np.finfo(jnp.result_type(float)).eps))
+
+
 def segment_of(changes: tuple, times) -> np.ndarray:
     """The segment each time lies in (0 before the first change); a time equal to a change's
     lies after it."""

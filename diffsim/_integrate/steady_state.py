@@ -174,7 +174,8 @@ def steady_state(
             f"steady_state integrates to rest with an adaptive solver (its steps grow as the "
             f"state settles); {type(solver).__name__} takes fixed steps: pass e.g. ds.Rodas5P()"
         )
-    dtype = real_dtype(jax.tree.map(as_state_leaf, as_state(y0)))
+    y0 = jax.tree.map(as_state_leaf, as_state(y0))
+    dtype = real_dtype(y0)
     if rtol is None or atol is None:
         default_rtol, default_atol = working_tolerances(1e-8, 1e-10, dtype)
         rtol = default_rtol if rtol is None else rtol
@@ -193,12 +194,10 @@ def steady_state(
             "tolerance (the defaults are rtol=1e-8, atol=1e-10)"
         )
     check_positive_number("max_time", max_time)
-    y0 = jax.tree.map(as_state_leaf, as_state(y0))
     bad = nonfinite_leaves(y0)
     if bad:
         where = "" if bad == ["(the value itself)"] else f" (at {', '.join(bad)})"
         raise ValueError(f"steady_state: y0 holds NaN or inf{where}; start from a finite state")
-    dtype = real_dtype(y0)
     times = jnp.asarray(t0, dtype), jnp.asarray(max_time, dtype)
     tolerances = jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype)
     state = _steady_state(
