@@ -376,6 +376,70 @@ def test_bounded_levenberg_marquardt_matches_scipy_with_active_bounds():
     np.testing.assert_allclose(optimum.u, reference.x, rtol=1e-7)
 
 
+def test_bounded_levenberg_marquardt_stalls_where_derivatives_disagree():
+    """Derivatives that disagree with the objective (here the slope's sign flipped, as a solve
+    that fails near the iterate makes them disagree): no step lowers the loss, the damping
+    grows without bound, and the gradient stays far from zero. That ends as `stalled`, not
+    `converged` (it was reported converged, at llh -8000 on Fujita's random starts); the
+    same objective with its true derivative converges to the root."""
+    import jax
+
+    from diffsim._fit import bounded_lm
+    from diffsim._fit.optimize import FIT_RESULTS
+
+    @jax.custom_jvp
+    def wrong(x):
+        return x
+
+    @wrong.defjvp
+    def _(primals, tangents):
+        return wrong(primals[0]), -tangents[0]
+
+    def run(residual):
+        return bounded_lm.minimize(
+            residual, jnp.array([3.0]), -10.0, 10.0, max_steps=200, rtol=1e-8, atol=1e-10
+        )
+
+    stalled = jax.jit(lambda: run(lambda x: wrong(x) - 1.0))()
+    assert int(stalled.code) == FIT_RESULTS.stalled
+    assert float(stalled.u[0]) == 3.0  # every step was rejected
+    assert "no step lowers the loss" in FIT_RESULTS(int(stalled.code)).message
+    right = jax.jit(lambda: run(lambda x: x - 1.0))()
+    assert int(right.code) == FIT_RESULTS.converged
+    np.testing.assert_allclose(right.u, [1.0], atol=1e-10)
+
+
+def test_bounded_levenberg_marquardt_damps_unknowns_the_data_barely_see():
+    """An unknown whose Jacobian column is 1e-15 of the other's (a rate whose reaction has not
+    started): with MINPACK's scaling alone its damped step is the other's over 1e-15 at any
+    damping, every trial crosses the box to where the model fails (here r is NaN below
+    x1 = -100), and the fit stalled at its start (x0 = 3). Floored, the scaling keeps the step
+    where the linearisation holds, and the fit converges to x0 = 1 in a few steps."""
+    import jax
+
+    from diffsim._fit import bounded_lm
+    from diffsim._fit.optimize import FIT_RESULTS
+
+    def residual(x):
+        return jnp.stack([x[0] + 1e-15 * x[1] - 1.0, 1e-15 * jnp.sqrt(x[1] + 100.0)])
+
+    optimum = jax.jit(
+        lambda x0: bounded_lm.minimize(
+            residual,
+            x0,
+            jnp.array([-10.0, -1000.0]),
+            jnp.array([10.0, 1000.0]),
+            max_steps=100,
+            rtol=1e-8,
+            atol=1e-10,
+        )
+    )(jnp.array([3.0, 5.0]))
+    assert int(optimum.code) == FIT_RESULTS.converged
+    assert int(optimum.steps) <= 10
+    np.testing.assert_allclose(optimum.u[0], 1.0, atol=1e-10)
+    assert float(optimum.u[1]) > -100.0
+
+
 def _piecewise_turnover(ts, start, k_in, k_out, pieces):
     """The closed form through `pieces`: (time, stimulus from then on, state set or None)."""
     out, t_now, y_now, stimulus = [], 0.0, start, 0.0

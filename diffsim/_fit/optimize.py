@@ -25,12 +25,14 @@ class FIT_RESULTS(enum.IntEnum):
     """How an optimisation ended; `Optimum.code` holds these values as an int array.
 
     `converged` (0), `max_iterations_reached` (1), `nonfinite_iterate` (2), `optimizer_failed`
-    (3). `FIT_RESULTS(code).message` says what happened and what to do (`FitResult.reason`)."""
+    (3), `stalled` (4). `FIT_RESULTS(code).message` says what happened and what to do
+    (`FitResult.reason`)."""
 
     converged = 0
     max_iterations_reached = 1
     nonfinite_iterate = 2
     optimizer_failed = 3
+    stalled = 4
 
     @property
     def message(self) -> str:
@@ -51,6 +53,11 @@ _MESSAGES = {
     ),
     FIT_RESULTS.optimizer_failed: (
         "the optimiser failed (e.g. a singular linear solve); try method='lm'"
+    ),
+    FIT_RESULTS.stalled: (
+        "stalled: no step lowers the loss although its gradient is far from zero (the "
+        "derivatives disagree with the objective there: a simulation that fails or is inexact "
+        "near the iterate); tighten the solver's rtol/atol, or start elsewhere"
     ),
 }
 

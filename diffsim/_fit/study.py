@@ -918,9 +918,9 @@ def _inputs_read(fn, args: tuple, where: str, problem: Problem):
 
 def _check_functions(problem: Problem) -> None:
     """Every experiment's state of one shape; every observable and σ function one number,
-    reading only parameters the study has; every estimated unknown read by something (a typo
-    in its name would leave it without any effect: its fit would "converge" anywhere); no σ
-    fixed at a value ≤ 0."""
+    reading only parameters the study has; no σ fixed at a value ≤ 0; and a warning for each
+    estimated unknown nothing reads (a typo in its name would leave it without any effect:
+    its fit would "converge" anywhere)."""
     import jax
 
     dtype = jnp.result_type(float)
