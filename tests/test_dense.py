@@ -206,6 +206,21 @@ def test_dense_refusals_say_what_to_do():
         ds.simulate(model, Y0, ts, solver=ds.Tsit5(), dense="yes")
     with pytest.raises(NotImplementedError, match="diffrax's loop"):
         ds.simulate(model, Y0, ts, solver=ds.Kvaerno5(), dense=True)
+    # the adjoint, not the solver, moves an explicit pair into diffrax's loop: say so
+    with pytest.raises(NotImplementedError, match="Tsit5 and adjoint='checkpoint'.*'auto'"):
+        ds.simulate(model, Y0, ts, solver=ds.Tsit5(), dense=True, adjoint="checkpoint")
+    # diffrax's own refusal of a backsolve between events names SaveAt(subs=...)
+    import diffrax
+
+    with pytest.raises(NotImplementedError, match="events= with adjoint=diffrax.Backsolve"):
+        ds.simulate(
+            model,
+            Y0,
+            ts,
+            solver=ds.Tsit5(),
+            events=ds.Event(lambda t, y: y[0] - 0.5),
+            adjoint=diffrax.BacksolveAdjoint(),
+        )
     event = ds.Event(lambda t, y: y[0])
     with pytest.raises(NotImplementedError, match="adaptive solver"):
         ds.simulate(model, Y0, ts, solver=ds.RK4(), dt=0.1, events=event, dense=True)

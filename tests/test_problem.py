@@ -781,3 +781,29 @@ def test_the_posterior_of_a_study_of_two_experiments_is_the_conjugate_one(tmp_pa
     assert loaded.data is None and loaded.settings == posterior.settings
     with pytest.raises(ValueError, match="predicts through its problem"):
         posterior.predict()
+
+
+def test_a_python_float_field_is_a_parameter_of_the_study():
+    """`k: float` (as the hybrid-models page writes fields, and as ds.fit(model, params=["k"])
+    takes them) is a model parameter of a study: an unknown of its name moves the
+    predictions and is estimated (it was left out: the llh did not depend on k, a warning
+    blamed a typo, and the fit 'converged' at the start)."""
+
+    class Decay(ds.AbstractODE):
+        k: float
+
+        def vector_field(self, t, y, args=None):
+            return -self.k * y
+
+    ts = np.linspace(0.5, 3.0, 6)
+    data = {"time": ts, "observable": ["y"] * ts.size, "value": 2.0 * np.exp(-0.7 * ts)}
+    problem = ds.Problem(
+        Decay(0.3),
+        [ds.Experiment(data, y0=jnp.array([2.0]))],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.01)},
+        {"k": ds.Unknown(0.3, bounds=(1e-2, 1e2), scale="log10")},
+    )
+    assert "k" in problem.model_parameters
+    assert problem.llh({"k": 0.7}) > problem.llh({"k": 0.3}) + 100
+    fit = ds.fit(problem, starts=1, progress=False)
+    assert fit.params["k"] == pytest.approx(0.7, rel=1e-6)

@@ -87,9 +87,31 @@ def test_a_ude_learns_the_term_it_stands_for_and_its_rate_constant():
     assert trained.validation_llh == pytest.approx(np.max(history["validation_llh"]))
     assert trained.best_step == history["step"][np.argmax(history["validation_llh"])]
     assert list(history["phase"]) == ["adam"] * 6 + ["lbfgs"]
+    # the model and the problem returned hold the trained k too: simulated or fitted as they
+    # are, they start from the state that was trained (they held k = 0.3 before)
+    assert float(trained.model.k) == trained.params["k"]
+    assert trained.problem.llh() == pytest.approx(trained.llh, abs=1e-8)
     fit = ds.fit(trained.problem, progress=False)
     assert fit.params["k"] == pytest.approx(1.0, rel=1e-3)
     assert 0 < fit.stderr["k"] < 1e-2
+
+
+def test_validation_is_scored_with_the_trained_mechanistic_parameters():
+    """A validation problem that estimates nothing (nothing is fitted to held-out data) is
+    scored with the trained k written into the model, not with the k training started from
+    (it was: early stopping then acted on the starting k's score, -203 against +28)."""
+    train, validation = _problems()
+    held_out = ds.Problem(
+        validation.model, validation.experiments, validation.observables, {}, solver=train.solver
+    )
+    trained = ds.train(
+        train, "net", steps=100, learning_rate=2e-2, every=50, validation=held_out, progress=False
+    )
+    assert trained.params["k"] != pytest.approx(0.3, abs=0.05)  # k moved
+    last = trained.history["validation_llh"][-1]
+    if trained.best_step == trained.history["step"][-1]:
+        assert trained.validation_llh == last
+    assert held_out.with_model(trained.model).llh() == pytest.approx(trained.validation_llh)
 
 
 def test_bad_training_requests_are_refused_with_what_to_do():
@@ -104,6 +126,19 @@ def test_bad_training_requests_are_refused_with_what_to_do():
         ds.train(train, "net", validation="held out", progress=False)
     with pytest.raises(ValueError, match="networks='net'"):
         ds.train(train, [], progress=False)
+    # arrays training cannot move, or that make every solve fail, are named
+    net = train.model.net
+    as_int = eqx.tree_at(lambda n: n.layers[0].weight, net, net.layers[0].weight.astype(int))
+    with pytest.raises(ValueError, match=r"net\.layers\[0\]\.weight is an array of int"):
+        ds.train(train.with_model(eqx.tree_at(lambda m: m.net, train.model, as_int)), "net")
+    bad = eqx.tree_at(lambda n: n.layers[0].bias, net, net.layers[0].bias.at[1].set(jnp.nan))
+    with pytest.raises(ValueError, match=r"net\.layers\[0\]\.bias holds non-finite"):
+        ds.train(train.with_model(eqx.tree_at(lambda m: m.net, train.model, bad)), "net")
+    # a validation problem is scored with the trained model: its own must be of its shape
+    wider = eqx.nn.MLP(1, 1, 12, 1, activation=jnp.tanh, key=jax.random.PRNGKey(1))
+    other = validation.with_model(eqx.tree_at(lambda m: m.net, validation.model, wider))
+    with pytest.raises(ValueError, match="validation problem's model differs"):
+        ds.train(train, "net", validation=other, progress=False)
 
 
 def test_a_step_into_a_failed_solve_is_taken_back_and_the_next_is_shorter():

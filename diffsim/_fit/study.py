@@ -466,17 +466,18 @@ class Problem:
                     )
         return None
 
-    def with_model(self, model) -> "Problem":
+    def with_model(self, model, *, unknowns: Mapping | None = None) -> "Problem":
         """The same problem (experiments, observables, unknowns, solver) about `model`, a model
         of the same parameters with other values elsewhere: `ds.fit(problem.with_model(
         trained))` estimates the mechanistic unknowns, with their uncertainty, given a hybrid
         model's trained network. Observable formulas keep reading the model they were built
-        with (a PEtab problem's read states and parameters, not the networks)."""
+        with (a PEtab problem's read states and parameters, not the networks). `unknowns`
+        replaces the problem's (e.g. the same with other starting values)."""
         problem = Problem(
             model,
             self.experiments,
             self.observables,
-            self.unknowns,
+            self.unknowns if unknowns is None else unknowns,
             solver=self.solver,
             max_steps=self.max_steps,
         )
@@ -490,7 +491,10 @@ class Problem:
         (len(names),); default: their values), with `model` in place of `problem.model` (the
         same structure with other values: a hybrid model's trained network). Without priors.
         For training a network inside the model (docs/howto/hybrid-models.md); `llh` gives the
-        same number on the host."""
+        same number on the host. The study's model parameters (`problem.model_parameters`)
+        are not read from `model`: they take `theta`'s values where estimated and the values
+        the problem was built with elsewhere (so `model`'s gradient is zero in them): move
+        them through `theta`, or build the problem anew (`problem.with_model(model)`)."""
         from .study_objective import negative_log_likelihood
 
         if theta is None:
@@ -577,6 +581,10 @@ def model_parameters(model) -> dict[str, Callable]:
 
 
 def _is_scalar_float(value) -> bool:
+    # a Python float field (`k: float`, as ds.fit(model, params=["k"]) takes it) is a parameter
+    # as a 0-d floating array is: leaving it out made an unknown of that name move nothing
+    if isinstance(value, float):
+        return True
     return (
         hasattr(value, "dtype")
         and jnp.ndim(value) == 0

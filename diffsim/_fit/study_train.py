@@ -163,6 +163,10 @@ def train(
         ]
         return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
 
+    if validation is not None:
+        _check_validation(validation, problem, paths)
+        validation = _scored_validation(validation, problem)
+
     def parts(params, batch=None):
         """(negative log-likelihood, negative log-prior); with `batch`, a mini-batch's
         (`negative_log_likelihood`)."""
@@ -246,12 +250,19 @@ def train(
             "learning_rate, clip the gradient harder, or start from other weights"
         )
     scaled, weights = best["params"]
-    model = model_of(weights)
-    values = natural_on_host(np.asarray(scaled), tables.scales)
+    trained = _trained_values(problem, scaled)
+    # the model and the problem hold the trained values of the model's own parameters too:
+    # `ds.simulate(trained.model, ...)` and `ds.fit(trained.problem)` start from the state
+    # that was trained, not from where training started
+    model = _with_parameters(problem, model_of(weights), trained)
+    unknowns = {
+        name: dataclasses.replace(u, value=trained[name]) if name in trained else u
+        for name, u in problem.unknowns.items()
+    }
     return Trained(
         model=model,
-        problem=problem.with_model(model),
-        params={n: float(v) for n, v in zip(problem.names, values)},
+        problem=problem.with_model(model, unknowns=unknowns),
+        params=trained,
         llh=best["llh"],
         validation_llh=best["validation"],
         history={k: np.asarray(v) for k, v in history.items()},
@@ -322,14 +333,68 @@ def _chunk(parts, project, optimizer, phase, length, sizes, carry):
     return carry, parts(carry[0])[0], jnp.sum(bad)
 
 
-def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> float:
-    """The validation problem's log-likelihood with the trained networks and the training
-    problem's values of the unknowns they share."""
-    scaled, weights = params
+def _trained_values(problem: Problem, scaled) -> dict:
+    """name → natural value of the estimated unknowns at `scaled` (on their scales)."""
     values = natural_on_host(np.asarray(scaled), problem.tables.scales)
-    shared = {n: float(v) for n, v in zip(problem.names, values) if n in validation.names}
+    return {n: float(v) for n, v in zip(problem.names, values)}
+
+
+def _with_parameters(problem: Problem, model, values: dict):
+    """`model` with its own parameters among `values` (name → number) set to them."""
+    names = [n for n in values if n in problem.model_parameters]
+    if not names:
+        return model
+    getters = [problem.model_parameters[n] for n in names]
+    replacements = [
+        jnp.asarray(values[n], jnp.result_type(g(model))) for n, g in zip(names, getters)
+    ]
+    return eqx.tree_at(lambda m: [g(m) for g in getters], model, replacements)
+
+
+def _scored_validation(validation: Problem, problem: Problem) -> Problem:
+    """The validation problem with every unknown the training estimates and it reads (a
+    parameter of its model, or an unknown it leaves at its value) estimated too: its
+    log-likelihood then takes their trained values through θ. (A study's model parameters
+    are constants of its tables, read from its model when built; the trained state's must
+    not be the values training started from.) An unknown it fixes explicitly stays fixed."""
+    unknowns = dict(validation.unknowns)
+    for name in problem.names:
+        own = validation.unknowns.get(name)
+        if own is not None and own.estimate is False:
+            continue
+        if own is not None or name in validation.model_parameters:
+            unknowns[name] = dataclasses.replace(problem.unknowns[name], prior=None)
+    if unknowns == dict(validation.unknowns):
+        return validation
+    return validation.with_model(validation.model, unknowns=unknowns)
+
+
+def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> float:
+    """The validation problem's log-likelihood in the state being trained: its networks and
+    the trained values of the unknowns it shares with the training problem."""
+    scaled, weights = params
+    trained = _trained_values(problem, scaled)
+    shared = {n: v for n, v in trained.items() if n in validation.names}
     theta = jnp.asarray(validation.theta(shared), jnp.result_type(float))
     return float(_llh_with(validation, theta, model_of(weights)))
+
+
+def _check_validation(validation: Problem, problem: Problem, paths) -> None:
+    """The validation problem is scored with the training problem's model (its networks
+    trained), so its own model must have the same structure and networks of the same shapes."""
+
+    def shapes(model):
+        arrays = eqx.filter(model, eqx.is_array)
+        leaves = jax.tree.leaves(arrays)
+        return jax.tree.structure(arrays), [(np.shape(x), jnp.result_type(x)) for x in leaves]
+
+    if shapes(validation.model) != shapes(problem.model):
+        raise ValueError(
+            "ds.train: the validation problem's model differs in structure or in its arrays' "
+            f"shapes from the trained problem's ({type(validation.model).__name__} against "
+            f"{type(problem.model).__name__}): it is scored with the trained model, so build "
+            "it on the same model (e.g. ds.Problem(problem.model, other_experiments, ...))"
+        )
 
 
 @eqx.filter_jit
@@ -345,12 +410,35 @@ def _network_paths(model, networks) -> list:
     for name in names:
         path = path_of(model, name) if isinstance(name, str) else None
         value = None if path is None else get(model, path)
-        leaves = [] if value is None else jax.tree.leaves(eqx.filter(value, eqx.is_inexact_array))
-        if not leaves or eqx.is_array(value):
+        if (
+            value is None
+            or eqx.is_array(value)
+            or not jax.tree.leaves(eqx.filter(value, eqx.is_array))
+        ):
             raise ValueError(
                 f"ds.train: {name!r} names no network of {type(model).__name__} (a module "
                 "holding floating arrays: a field such as 'net', or 'nets[\"net1\"]' for a "
                 "PEtab-SciML model)"
             )
+        _check_weights(name, value)
         paths.append(path)
     return paths
+
+
+def _check_weights(name: str, network) -> None:
+    """Every array of a network to train is floating (an integer one would stay as it is,
+    silently) and finite (a NaN weight makes every solve fail)."""
+    arrays, _ = jax.tree_util.tree_flatten_with_path(eqx.filter(network, eqx.is_array))
+    for where, leaf in arrays:
+        label = f"{name}{jax.tree_util.keystr(where)}"
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            raise ValueError(
+                f"ds.train: {label} is an array of {leaf.dtype}, which training cannot move: "
+                "cast the network's arrays to floats (e.g. jax.tree.map(lambda x: "
+                "x.astype(float) if eqx.is_array(x) else x, net))"
+            )
+        if not bool(jnp.all(jnp.isfinite(leaf))):
+            raise ValueError(
+                f"ds.train: {label} holds non-finite weights (NaN or inf): every simulation "
+                "would fail; start from finite weights (e.g. a fresh initialisation)"
+            )

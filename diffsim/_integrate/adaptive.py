@@ -46,10 +46,18 @@ def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) 
         )
     arguments = (solver, request.model, request.y0, request.ts, dt)
     if request.dense and not solver.runs_own_loop(adjoint):
+        own = "an explicit pair (ds.Tsit5, ds.Dopri5, ds.Dopri8) or a Rosenbrock method"
         raise NotImplementedError(
-            f"dense=True: {type(solver).__name__} runs in diffrax's loop here, whose dense "
-            "output diffsim does not keep; use an explicit pair (ds.Tsit5, ds.Dopri5, "
-            "ds.Dopri8) or a Rosenbrock method (ds.Rodas5P, ...) with adjoint='auto'"
+            f"dense=True with {type(solver).__name__} and adjoint={adjoint!r}: this solve "
+            "runs in diffrax's loop, whose dense output diffsim does not keep; use "
+            f"adjoint='auto' (the default) with {own} (ds.Rodas5P, ...)"
+        )
+    if request.events is not None and isinstance(adjoint, diffrax.BacksolveAdjoint):
+        # diffrax's own message names SaveAt(subs=...), which the caller never wrote
+        raise NotImplementedError(
+            "events= with adjoint=diffrax.BacksolveAdjoint(): the backsolve adjoint cannot "
+            "run between events (diffrax refuses it); use adjoint='auto' (the default) or "
+            "'checkpoint'"
         )
     try:
         if request.events is None and not request.dense:
