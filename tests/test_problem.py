@@ -276,6 +276,10 @@ def test_bad_studies_are_refused_with_what_to_do():
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"kk": 1.0})])
     with pytest.raises(ValueError, match=r"observables\['y'\].sigma names 'noise'"):
         problem(observables={"y": ds.Observable(lambda t, y, p: y[0], sigma="noise")})
+    # a ds.Data's own noise or weights would be ignored by a study (its σ are its observables')
+    noisy = ds.Data(np.array([1.0, 2.0]), np.array([0.5, 0.3]), noise=0.1, names=("y",))
+    with pytest.raises(ValueError, match="its ds.Data carries noise, which a study does not"):
+        problem(experiments=[ds.Experiment(noisy, y0=jnp.array([1.0]))])
     # what the functions do is checked when the problem is built (traced, nothing computed)
     with pytest.raises(ValueError, match=r"b's initial state has shape \(2,\), a's \(1,\)"):
         problem(
@@ -807,3 +811,65 @@ def test_a_python_float_field_is_a_parameter_of_the_study():
     assert problem.llh({"k": 0.7}) > problem.llh({"k": 0.3}) + 100
     fit = ds.fit(problem, starts=1, progress=False)
     assert fit.params["k"] == pytest.approx(0.7, rel=1e-6)
+
+
+def test_profile_intervals_of_a_gaussian_study_are_exact_on_any_grid():
+    """y = b + a·t with σ known: the profile deviance of a is the parabola ((a − â)/se)², so
+    its 95% interval is â ± 1.96·se on any grid (interpolated in √deviance; linear in the
+    deviance, a 4-point grid gave an interval 11% too narrow, and a wide 5-point range one
+    85% too narrow on a log scale). A range outside the bounds is refused."""
+    rng = np.random.default_rng(1)
+    ts = np.linspace(0.0, 4.0, 9)
+    data = {"time": ts, "observable": ["y"] * 9, "value": 1 + 0.5 * ts + 0.1 * rng.normal(size=9)}
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: jnp.stack([p["a"]]), {"a": 0.3}),
+        [ds.Experiment(data, y0=lambda p: jnp.stack([p["b"]]))],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
+        {"a": ds.Unknown(0.3, bounds=(-5.0, 5.0)), "b": ds.Unknown(0.5, bounds=(-5.0, 5.0))},
+        solver=ds.Tsit5(rtol=1e-10, atol=1e-12),
+    )
+    result = ds.fit(problem, progress=False)
+    design = np.stack([ts, np.ones_like(ts)], axis=1)
+    se = 0.1 * np.sqrt(np.linalg.inv(design.T @ design)[0, 0])
+    exact = result.params["a"] + np.array([-1, 1]) * 1.959964 * se
+    np.testing.assert_allclose(ds.profile(result, "a", points=4).interval, exact, atol=1e-5 * se)
+    with pytest.warns(ds.FitWarning, match="profile grid is coarse"):
+        wide = ds.profile(result, "a", range=(-5.0, 5.0), points=5)
+    np.testing.assert_allclose(wide.interval, exact, atol=1e-5 * se)
+    with pytest.raises(ValueError, match=r"range \(6.0, 7.0\) lies outside its bounds"):
+        ds.profile(result, "a", range=(6.0, 7.0), points=3)
+
+
+def test_a_study_in_small_units_has_the_same_uncertainty():
+    """The same decay in units 1e10 times smaller (an amount in mol/L): the same estimates,
+    standard errors (A's in its units), convergence and no bound warning. The information's
+    raw eigenvalues lie 1e19 apart there: k was called undetermined (stderr inf) and A's
+    stderr made conditional on it; an absolute margin put A 'on its bound'; and the LM's end
+    was called stalled."""
+    import warnings
+
+    rng = np.random.default_rng(2)
+    ts = np.linspace(0.25, 4.0, 8)
+    noise = rng.normal(size=8)
+    out = {}
+    for unit in (1.0, 1e-10):
+        data = {"time": ts, "observable": ["y"] * 8, "value": unit * (2 * np.exp(-0.7 * ts))}
+        data["value"] = data["value"] + unit * 0.05 * noise
+        problem = ds.Problem(
+            ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5}),
+            [ds.Experiment(data, y0=lambda p: jnp.stack([p["A"]]))],
+            {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.05 * unit)},
+            {
+                "k": ds.Unknown(0.5, bounds=(1e-3, 1e2), scale="log10"),
+                "A": ds.Unknown(1.5 * unit, bounds=(0.0, 10 * unit)),
+            },
+            solver=ds.Tsit5(rtol=1e-10, atol=1e-12 * unit),
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ds.FitWarning)
+            result = ds.fit(problem, progress=False)
+        assert result.converged
+        out[unit] = (result.params["k"], result.params["A"] / unit)
+        out[unit] += (result.stderr["k"], result.stderr["A"] / unit)
+    np.testing.assert_allclose(out[1e-10], out[1.0], rtol=1e-6)
+    assert np.all(np.isfinite(out[1e-10]))

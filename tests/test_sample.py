@@ -239,3 +239,18 @@ def test_divergences_and_unmixed_chains_are_reported():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _synthetic(mixed, np.zeros((4, 1000), bool)).summary()
+
+
+def test_sampling_an_improper_posterior_is_warned_about():
+    """y' = a·g: only the product is determined, and a and g have neither bounds nor priors,
+    so the flat posterior has infinite mass along a·g = const. Sampling it warns so, naming
+    them (before, only R-hat and effective-draw counts hinted at it)."""
+    ts = np.linspace(0.5, 3.0, 6)
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: jnp.stack([p["a"] * p["g"]]), {"a": 1.0, "g": 1.0}),
+        [ds.Experiment({"time": ts, "observable": ["y"] * 6, "value": 0.5 * ts}, y0=jnp.zeros(1))],
+        {"y": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
+        {"a": 1.0, "g": 1.0},
+    )
+    with pytest.warns(ds.FitWarning, match=r"\['a', 'g'\] have neither both bounds nor a prior"):
+        ds.sample(problem, chains=1, draws=10, warmup=10, key=jax.random.key(0))

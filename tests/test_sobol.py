@@ -231,3 +231,8 @@ def test_indices_of_a_problems_prediction_over_its_unknowns_on_their_scales():
         ds.morris(problem, ranges=["B"], reduce="llh", progress=False)
     with pytest.raises(TypeError, match="reduce of a ds.Problem must be 'llh'"):
         ds.morris(problem, reduce="mean", progress=False)
+    # a range beyond the bounds (it narrows them), and a reduce naming no experiment
+    with pytest.raises(ValueError, match=r"'k' ranges over \(2.0, 3.0\), beyond its bounds"):
+        ds.morris(problem, ranges={"k": (2.0, 3.0)}, reduce="llh", progress=False)
+    with pytest.raises(KeyError, match=r"'e1' is no experiment of the problem; .*\['decay'\]"):
+        ds.morris(problem, reduce=lambda q: q["e1"][0], trajectories=4, progress=False)

@@ -115,18 +115,13 @@ def minimize(
         norms = jnp.sqrt(jnp.sum(jacobian_new**2, axis=0))
         scale = jnp.maximum(state.scale, norms)
         # converged: the step (accepted) below the tolerances in every unknown with a small
-        # change of the loss, or a projected gradient at round-off, or a damping so large that
-        # no step the iterate can resolve is left (an optimum reached to the objective's own
-        # round-off). Stuck with a steep gradient is no optimum: the derivatives disagree with
-        # the objective (Fujita's random starts stopped so at llh -8000 with gradients of 200
-        # on the log10 scale, along which the llh rose by 15 a tenth of a decade)
+        # change of the loss, or a projected gradient at round-off; or a damping so large that
+        # no step the iterate can resolve is left, which is judged after the loop (`_settled`)
         small_step = jnp.all(jnp.abs(moved) <= atol + rtol * jnp.abs(x))
         small_change = jnp.abs(actual) <= atol + rtol * state.loss
-        steepest = jnp.max(jnp.abs(projected))
-        stationary = steepest <= atol * (1.0 + state.loss)
+        stationary = jnp.max(jnp.abs(projected)) <= atol * (1.0 + state.loss)
         stuck = damping > 1e16
-        steep = steepest > jnp.sqrt(rtol) * (1.0 + state.loss)
-        converged = (accept & small_step & small_change) | stationary | (stuck & ~steep)
+        converged = (accept & small_step & small_change) | stationary
         finite = jnp.all(jnp.isfinite(x_new)) & jnp.isfinite(loss_new)
         ending = jnp.where(converged, FIT_RESULTS.converged, FIT_RESULTS.stalled)
         step = state.step + 1
@@ -146,8 +141,26 @@ def minimize(
         )
 
     final = lax.while_loop(cond, body, init)
-    code = jnp.where(final.done, final.code, FIT_RESULTS.max_iterations_reached)
+    stalled = final.done & (final.code == FIT_RESULTS.stalled)
+    settled = _settled(final, lower, upper, rtol)
+    code = jnp.where(stalled & settled, FIT_RESULTS.converged, final.code)
+    code = jnp.where(final.done, code, FIT_RESULTS.max_iterations_reached)
     return Optimum(final.x, final.loss, final.history, final.step, final.evaluations, code)
+
+
+def _settled(state: _State, lower, upper, rtol):
+    """Whether an iterate where no step lowers the loss is an optimum to the objective's own
+    round-off: the Gauss–Newton step of its free unknowns predicts a decrease of at most
+    √rtol of the loss (a fraction of ‖r‖², unchanged by the units of the unknowns or the
+    data). Otherwise the derivatives disagree with the objective there (`stalled`): Fujita's
+    random starts stopped so at llh -8000, with gradients along which the llh rose by 15 a
+    tenth of a decade, and were reported converged."""
+    gradient = state.jacobian.T @ state.r
+    held = ((state.x <= lower) & (gradient > 0)) | ((state.x >= upper) & (gradient < 0))
+    columns = jnp.where(held[None, :], 0.0, state.jacobian)
+    step = jnp.linalg.lstsq(columns, -state.r)[0]
+    explained = jnp.sum((columns @ step) ** 2)
+    return explained <= jnp.sqrt(rtol) * state.loss
 
 
 def _linearised(residual_fn, x):

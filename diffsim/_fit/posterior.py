@@ -160,11 +160,19 @@ class Posterior:
                 "target_accept (e.g. 0.95), reparametrise, or check that the model can be "
                 "simulated over the prior's range"
             )
-        high = [n for n, row in table.items() if not row["r_hat"] <= RHAT_LIMIT]
+        high = [n for n, row in table.items() if row["r_hat"] > RHAT_LIMIT]
+        unknown = [n for n, row in table.items() if not np.isfinite(row["r_hat"])]
         if high:
             notes.append(
                 f"R-hat above {RHAT_LIMIT} for {high}: the chains disagree (not mixed, or a "
                 "multimodal posterior); sample longer (warmup, draws) or look at plot('trace')"
+            )
+        if unknown:
+            # split R-hat of one chain whose draws do not vary (a stuck chain) is NaN: say
+            # that mixing was not measured rather than that chains disagree
+            notes.append(
+                f"R-hat could not be computed for {unknown} (draws that do not vary, or too "
+                "few): mixing is unchecked; sample more draws, with chains >= 2"
             )
         low = [n for n, row in table.items() if not row["ess"] >= ESS_PER_CHAIN * self.chains]
         if low:

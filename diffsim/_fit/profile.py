@@ -90,7 +90,11 @@ def profile(
     **Returns:** a `ds.Profile` with the likelihood-based `interval`.
     """
     if not isinstance(result, FitResult):
-        raise TypeError(f"profile takes the ds.FitResult of ds.fit, got {type(result).__name__}")
+        raise TypeError(
+            f"profile takes the ds.FitResult (or ds.ProblemFit) of ds.fit, got "
+            f"{type(result).__name__}: fit first (result = ds.fit(problem)), then "
+            f"ds.profile(result, ...)"
+        )
     if name not in result.names:
         raise ValueError(f"{name!r} is not a fitted unknown; the fit has: {list(result.names)}")
     points = check_static_count("points", points, minimum=3)
@@ -185,18 +189,36 @@ def _profile_run(problem, p_hat, grid, j: int, optimizer):
     return jax.vmap(one)(fixed_u)
 
 
-def _crossing(values, deviance, estimate, threshold, direction):
-    """Where the deviance first exceeds the threshold walking from the estimate outwards."""
+def _crossing(values, deviance, estimate, threshold, direction, to_natural=None):
+    """Where the deviance first exceeds the threshold walking from the estimate outwards.
+
+    Interpolated linearly in √deviance, which is linear on each side of the estimate for a
+    quadratic profile: exact for a Gaussian likelihood however coarse the grid (linear in the
+    deviance itself, the chord from the estimate lay above the parabola and the interval came
+    out narrower: 85% too narrow on a 5-point grid over a wide range). `values` and
+    `estimate` are in the coordinate to interpolate in (an unknown's scale), `to_natural`
+    maps the crossing back. A crossing bracketed only by a point far beyond the threshold is
+    warned about: the interval there rests on the interpolation."""
     order = np.argsort(values)
     values, deviance = values[order], deviance[order]
     side = values > estimate if direction > 0 else values < estimate
     indices = np.flatnonzero(side)
     indices = indices if direction > 0 else indices[::-1]
-    previous_value, previous_deviance = estimate, 0.0
+    previous_value, previous_root = estimate, 0.0
+    target = np.sqrt(threshold)
     for i in indices:
         if np.isfinite(deviance[i]) and deviance[i] > threshold:
-            fraction = (threshold - previous_deviance) / (deviance[i] - previous_deviance)
-            return float(previous_value + fraction * (values[i] - previous_value))
+            root = np.sqrt(deviance[i])
+            if root > 3 * target:
+                warn(
+                    f"the profile grid is coarse where the interval ends (the deviance jumps "
+                    f"to {deviance[i]:.3g} against the threshold {threshold:.3g}): the end is "
+                    "interpolated; raise points= or narrow range= for a resolved one",
+                    FitWarning,
+                )
+            fraction = (target - previous_root) / (root - previous_root)
+            crossing = previous_value + fraction * (values[i] - previous_value)
+            return float(crossing if to_natural is None else to_natural(crossing))
         if np.isfinite(deviance[i]):
-            previous_value, previous_deviance = values[i], max(deviance[i], 0.0)
+            previous_value, previous_root = values[i], np.sqrt(max(deviance[i], 0.0))
     return None

@@ -61,7 +61,11 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     single shooting from its start.
     """
     if not isinstance(result, FitResult):
-        raise TypeError(f"refit takes the ds.FitResult of ds.fit, got {type(result).__name__}")
+        raise TypeError(
+            f"refit takes the ds.FitResult (or ds.ProblemFit) of ds.fit, got "
+            f"{type(result).__name__}: fit first (result = ds.fit(problem)), then "
+            f"ds.refit(result, ...)"
+        )
     problem = result._problem
     shape = result.data.values.shape
     values = np.asarray(values)

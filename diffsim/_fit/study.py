@@ -60,7 +60,8 @@ class Unknown:
       evaluates) and the start of a fit. A value outside `bounds` is allowed with a warning
       (PEtab's nominal values may lie there); fits start from the nearest bound.
     - `bounds`: `(lower, upper)` in natural units (`None` for an open side); on a log scale
-      both must be positive. A fit stays strictly inside them.
+      a lower bound ≤ 0 is read as 0, open on that scale (a PEtab file's log-scale bound of 0
+      is refused instead: the format asks for positive ones). A fit stays inside them.
     - `scale`: `"lin"`, `"log"` or `"log10"`: the coordinate it is optimised, screened
       (uniformly between its bounds on that scale, so 1e-5 … 1e5 is ten equal decades) and
       reported in (`ProblemFit.params_on_scale`, standard errors and intervals).
@@ -626,6 +627,15 @@ def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
     names = list(observables)
     data = experiment.data
     if isinstance(data, Data):
+        if data.noise is not None or data.weights is not None:
+            # a study's noise is its observables' (σ, noise model); ignoring these would fit
+            # with σ the data did not state
+            raise ValueError(
+                f"{label}: its ds.Data carries {'noise' if data.noise is not None else 'weights'}"
+                ", which a study does not read: give each observable its σ "
+                "(ds.Observable(..., sigma=0.1), an estimated unknown's name, or a function), "
+                "or pass the measurements as a long table with a column per σ parameter"
+            )
         columns = data.names or (tuple(names) if data.num_observables == len(names) else None)
         if columns is None:
             raise ValueError(

@@ -66,6 +66,15 @@ def problem_ranges(caller: str, problem, ranges, extras: dict):
                 f"{caller}: {name!r} ranges over ({lo}, {hi}); give finite bounds, low < high "
                 "(ranges={name: (low, high)} or the unknown's bounds)"
             )
+        given = unknown.bounds or (None, None)
+        bound_lo = -math.inf if given[0] is None else float(given[0])
+        bound_hi = math.inf if given[1] is None else float(given[1])
+        if lo < bound_lo or hi > bound_hi:
+            raise ValueError(
+                f"{caller}: {name!r} ranges over ({lo}, {hi}), beyond its bounds "
+                f"{unknown.bounds}: a range narrows the bounds (widen the unknown's bounds "
+                "to explore further)"
+            )
         if unknown.scale != "lin" and lo <= 0:
             raise ValueError(
                 f"{caller}: {name!r} is on a {unknown.scale} scale, so its range must be "
@@ -136,10 +145,17 @@ def _quantities(problem, reduce, base, index, rows):
             return -negative_log_likelihood(problem, theta)[0]
         states = row_states(problem, theta, theta.dtype)
         predictions, _ = observe(problem, theta, states, theta.dtype)
-        per_experiment = {
-            name: predictions[offsets[i] : offsets[i + 1]]
+        per_experiment = _ByExperiment(
+            (name, predictions[offsets[i] : offsets[i + 1]])
             for i, name in enumerate(problem.experiment_names)
-        }
+        )
         return jnp.asarray(reduce(per_experiment), theta.dtype)
 
     return jax.vmap(one)(rows)
+
+
+class _ByExperiment(dict):
+    """Experiment name → predictions, for `reduce`; a name it lacks lists those it has."""
+
+    def __missing__(self, key):
+        raise KeyError(f"{key!r} is no experiment of the problem; its experiments: {list(self)}")

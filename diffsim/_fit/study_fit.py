@@ -527,7 +527,11 @@ def _result(
     high = natural_on_host(scaled[best] + z * stderr_array, tables.scales)
     code = FIT_RESULTS(int(codes[best]))
     converged = code == FIT_RESULTS.converged
+    # relative to the box where it is finite: an absolute margin called every unknown of a
+    # study in small units (bounds (0, 1e-9)) "on a bound"
+    width = tables.upper - tables.lower
     margin = 1e-6 * (1 + np.abs(scaled[best]))
+    margin = np.where(np.isfinite(width), np.minimum(margin, 1e-6 * width), margin)
     touches = (np.isfinite(tables.lower) & (scaled[best] - tables.lower <= margin)) | (
         np.isfinite(tables.upper) & (tables.upper - scaled[best] <= margin)
     )
@@ -600,7 +604,14 @@ def _inverse(information, names, notes):
     if not np.all(np.isfinite(information)):
         notes.append("the Fisher information is not finite at the optimum: no standard errors")
         return np.full((k, k), np.nan)
-    values, vectors = np.linalg.eigh(information)
+    # singularity judged on the information scaled to a unit diagonal (its correlation form):
+    # unknowns of very different magnitudes (an amount in mol/L, 1e-10, beside a rate on a
+    # log10 scale) put its raw eigenvalues 1e19 apart, and a determined rate was called
+    # singular, its standard error infinite and the amount's made conditional on it
+    diagonal = np.sqrt(np.clip(np.diag(information), 0.0, None))
+    d = np.where(diagonal > 0, diagonal, 1.0)
+    scaled = information / np.outer(d, d)
+    values, vectors = np.linalg.eigh(scaled)
     tiny = max(values.max(), 0.0) * 1e-12 * k
     if np.any(values <= tiny):
         weak = vectors[:, np.argmin(values)]
@@ -609,9 +620,9 @@ def _inverse(information, names, notes):
             f"the data do not determine every unknown (the Fisher information is singular, "
             f"along {involved}): their standard errors are infinite"
         )
-        covariance = np.linalg.pinv(information)
+        covariance = np.linalg.pinv(scaled) / np.outer(d, d)
         unidentified = np.abs(vectors[:, values <= tiny]).max(axis=1) > 0.1
         covariance[unidentified, :] = np.inf
         covariance[:, unidentified] = np.inf
         return covariance
-    return vectors @ np.diag(1.0 / values) @ vectors.T
+    return (vectors @ np.diag(1.0 / values) @ vectors.T) / np.outer(d, d)

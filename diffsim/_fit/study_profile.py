@@ -107,6 +107,11 @@ def profile_problem(
             raise ValueError(f"range must have low < high, got {range!r}")
         low, high = scaled_on_host(np.asarray([low, high]), (scale, scale))
     low, high = max(low, tables.lower[j]), min(high, tables.upper[j])
+    if not low < high:
+        raise ValueError(
+            f"profile of {name!r}: range {range!r} lies outside its bounds "
+            f"{problem.unknowns[name].bounds}: profile within them"
+        )
     grid = np.linspace(low, high, points)
     dtype = jnp.result_type(float)
     out = jax.device_get(_profile(problem, jnp.asarray(best, dtype), jnp.asarray(grid, dtype), j))
@@ -125,9 +130,17 @@ def profile_problem(
         deviance=deviance,
         threshold=threshold,
         level=level,
-        interval=(
-            _crossing(values, deviance, estimate, threshold, -1),
-            _crossing(values, deviance, estimate, threshold, +1),
+        # interpolated on the unknown's scale, where the profile is closest to a parabola
+        interval=tuple(
+            _crossing(
+                grid,
+                deviance,
+                best[j],
+                threshold,
+                direction,
+                lambda v: float(natural_on_host(np.asarray([v]), (scale,))[0]),
+            )
+            for direction in (-1, +1)
         ),
         converged=np.asarray(out["code"]) == FIT_RESULTS.converged,
         wald=result.confidence_intervals[name],

@@ -79,6 +79,23 @@ def sample_problem(
     scaled = np.clip(scaled, tables.lower + 1e-6 * width, tables.upper - 1e-6 * width)
     covariance = np.asarray(start.covariance)
     usable = np.all(np.isfinite(covariance)) and np.all(np.linalg.eigvalsh(covariance) > 0)
+    open_ended = [
+        n
+        for i, n in enumerate(problem.names)
+        if problem.unknowns[n].prior is None
+        and not (np.isfinite(tables.lower[i]) and np.isfinite(tables.upper[i]))
+    ]
+    if not usable and open_ended:
+        # a flat prior over an unbounded range along a direction the data do not determine
+        # has no finite mass: the chains wander, and R-hat and divergences would be the only,
+        # and misleading, signs
+        warn(
+            f"the data do not determine every unknown (the fit's Fisher information is "
+            f"singular) and {open_ended} have neither both bounds nor a prior: the posterior "
+            "may be improper (infinite mass along that direction) and no sampler can converge "
+            "on it; give those unknowns bounds or priors",
+            FitWarning,
+        )
     if not usable:  # a direction the data do not determine: a diagonal of its own scale
         variance = np.where(np.isfinite(np.diag(covariance)), np.diag(covariance), 1.0)
         covariance = np.diag(np.clip(variance, 1e-8, 1.0))
