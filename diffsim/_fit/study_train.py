@@ -164,7 +164,7 @@ def train(
         return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
 
     if validation is not None:
-        _check_validation(validation, problem, paths)
+        _check_validation(validation, problem)
         validation = _scored_validation(validation, problem)
 
     def parts(params, batch=None):
@@ -379,7 +379,7 @@ def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> 
     return float(_llh_with(validation, theta, model_of(weights)))
 
 
-def _check_validation(validation: Problem, problem: Problem, paths) -> None:
+def _check_validation(validation: Problem, problem: Problem) -> None:
     """The validation problem is scored with the training problem's model (its networks
     trained), so its own model must have the same structure and networks of the same shapes."""
 
