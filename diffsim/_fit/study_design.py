@@ -66,9 +66,7 @@ def problem_ranges(caller: str, problem, ranges, extras: dict):
                 f"{caller}: {name!r} ranges over ({lo}, {hi}); give finite bounds, low < high "
                 "(ranges={name: (low, high)} or the unknown's bounds)"
             )
-        given = unknown.bounds or (None, None)
-        bound_lo = -math.inf if given[0] is None else float(given[0])
-        bound_hi = math.inf if given[1] is None else float(given[1])
+        bound_lo, bound_hi = unknown.bounds  # floats, ±inf where open (`Unknown` says so)
         if lo < bound_lo or hi > bound_hi:
             raise ValueError(
                 f"{caller}: {name!r} ranges over ({lo}, {hi}), beyond its bounds "
