@@ -88,6 +88,7 @@ def _tsit5_tableau():
 class FixedTsit5(ds.AbstractRungeKutta):
     """Tsit5's tableau at a fixed step (the DiffEqGPU paper's fixed-step Lorenz method)."""
 
+    order = 5
     tableau = ds.ButcherTableau(
         *(tuple(map(tuple, x)) if i == 1 else tuple(x) for i, x in enumerate(_tsit5_tableau()))
     )
