@@ -13,7 +13,7 @@ from jax import lax
 from .._results import RESULTS
 from .._solver.base import AbstractFixedStepSolver
 from .._validate import is_count, is_traced, MAX_COUNT
-from .common import advance, guard_inputs, mask_invalid, nonfinite_code
+from .common import advance, guard_inputs, loop_unroll, mask_invalid, nonfinite_code
 from .dense import coefficients, DenseOutput, hermite_values
 from .event_loop import loop_bound, solve_fixed_events
 from .families import Solved, SolveRequest, solves
@@ -148,7 +148,7 @@ def _solve_fixed(
 
             (y, _), starts = lax.scan(kept_step, carry, jnp.arange(steps_per_save, dtype=jnp.int32))
             return y, (y, starts)
-        y, _ = advance(one_step, carry, steps_per_save, block)
+        y, _ = advance(one_step, carry, steps_per_save, block, loop_unroll())
         return y, y
 
     if block is not None and steps_per_save <= block and not dense:
