@@ -496,7 +496,7 @@ class Problem:
         are not read from `model`: they take `theta`'s values where estimated and the values
         the problem was built with elsewhere (so `model`'s gradient is zero in them): move
         them through `theta`, or build the problem anew (`problem.with_model(model)`)."""
-        from .study_objective import negative_log_likelihood
+        from .study_objective import evaluate_log_likelihood
 
         if theta is None:
             theta = self._theta_array(None)
@@ -506,7 +506,7 @@ class Problem:
                 f"theta must have shape ({len(self.names)},), one natural value per estimated "
                 f"unknown {list(self.names)}, got {theta.shape}"
             )
-        return -negative_log_likelihood(self, theta, model=model)[0]
+        return evaluate_log_likelihood(self, theta, model)
 
     def design_ranges(self, caller: str, ranges, extras: dict):
         """For `ds.sobol`/`ds.morris` of the problem: (names, lows, highs) on the unknowns'
