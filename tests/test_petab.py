@@ -183,7 +183,8 @@ def test_tables_that_would_be_read_wrongly_are_refused_naming_the_entry(tmp_path
         folder = tmp_path / "0003"
         if not folder.exists():
             shutil.copytree(SUITE / "0003", folder)
-            for name in ("_parameters.tsv", "_measurements.tsv", "_observables.tsv"):
+            tables = ("_parameters.tsv", "_measurements.tsv", "_observables.tsv", "_conditions.tsv")
+            for name in tables:
                 original[name] = (folder / name).read_text()
         text = original[table]
         assert old in text
@@ -206,6 +207,39 @@ def test_tables_that_would_be_read_wrongly_are_refused_naming_the_entry(tmp_path
         "k1\tlog10\t0\t",
         r"parameter k1: lowerBound 0 on a log10 scale",
     )
+    # a placeholder of another observable (a formula copied from it) or of none: no row
+    # gives its value (it was read as 0)
+    copied = "0.5\nobs_b\tobservableParameter1_obs_a * A\t1\n"
+    case(
+        "_observables.tsv",
+        "0.5\n",
+        copied,
+        "obs_b's formulas read observableParameter1_obs_a, a placeholder of observable obs_a",
+    )
+    case(
+        "_observables.tsv",
+        "0.5\n",
+        "noiseParameter1_obs_x\n",
+        "noiseParameter1_obs_x, a placeholder of no observable",
+    )
+    # a symbol nothing defines, an observable read by a noise formula, a σ below 0: said so,
+    # naming the file once
+    unknown = "'offsetX', which neither the model nor the parameter table defines"
+    with pytest.raises(ds.petab.PetabError, match=unknown) as raised:
+        case("_observables.tsv", "0.5\n", "0.5 * offsetX\n", None)
+    assert str(raised.value).count("_0003.yaml") == 1
+    case("_observables.tsv", "0.5\n", "0.1 * obs_a\n", "'obs_a', an observable's id")
+    case("_observables.tsv", "0.5\n", "-0.3\n", r"observable obs_a: .*must be positive")
+    # a condition that sets an estimated parameter (the estimate would move nothing)
+    case(
+        "_conditions.tsv",
+        "conditionId\nc0",
+        "conditionId\tk1\nc0\t0.9",
+        r"condition table sets k1 \(condition c0\), which the parameter table estimates",
+    )
+    case("_parameters.tsv", "k2\tlin", "k2\t", "k2 is estimated and has no parameterScale")
+    # an estimated parameter without a nominal value (PEtab allows it) starts mid-bounds
+    assert case("_parameters.tsv", "\t0.6\t1", "\t\t1", None).unknowns["k2"].value == 5.0
     # no observableParameters at all: the placeholders' values from the parameter table
     # (libpetab's rule), the case's own llh
     folder = tmp_path / "0003"
@@ -490,6 +524,9 @@ def test_time_triggered_events_act_per_condition_at_the_times_its_settings_give(
     )
     model = model.replace("</listOfParameters>", extra + "</listOfParameters>")
     model = model.replace("</listOfReactions>", "</listOfReactions>" + events)
+    # an event's variable must not be constant (SBML rule 21212)
+    k1 = '<parameter id="k1" name="k1" value="0" constant="'
+    model = model.replace(k1 + 'true"', k1 + 'false"')
     (tmp_path / "_model.xml").write_text(model)
     (tmp_path / "_conditions.tsv").write_text("conditionId\tt_dose\nearly\t2\nlate\t4\nagain\t2\n")
     times = [0.0, 1.0, 3.0, 4.0, 5.0, 7.0, 10.0]

@@ -873,3 +873,18 @@ def test_a_study_in_small_units_has_the_same_uncertainty():
         out[unit] += (result.stderr["k"], result.stderr["A"] / unit)
     np.testing.assert_allclose(out[1e-10], out[1.0], rtol=1e-6)
     assert np.all(np.isfinite(out[1e-10]))
+
+
+def test_a_rest_that_is_never_reached_is_named_as_the_reason():
+    """y' = k > 0 has no steady state: an experiment starting from one has no likelihood, and
+    the warning says the pre-equilibration reached no rest (not merely "t = 0")."""
+    model = ds.ODE(lambda t, y, p: p["k"] * jnp.ones(1), {"k": 1.0})
+    experiment = ds.Experiment(
+        {"time": [0.0], "observable": ["y"], "value": [1.0]},
+        y0=jnp.ones(1),
+        pre_equilibrate=True,
+        name="rest",
+    )
+    problem = ds.Problem(model, [experiment], {"y": ds.Observable(lambda t, y, p: y[0])}, {})
+    with pytest.warns(UserWarning, match="rest's y at t = 0 .* reached no steady state"):
+        assert np.isnan(problem.llh())

@@ -5,6 +5,7 @@ against the same models written by hand, and files it refuses with the element n
 import dataclasses
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def _switch_model(tmp_path, at="<cn>1</cn>"):
     """x' = 1 while t < `at`, then 0 (a piecewise of time in a rate rule): x = min(t, 1)
     for at = 1; a parameter c = 1 is there to be read instead."""
     body = (
-        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
+        f"<listOfCompartments>{_compartment('cell', size=1.0)}</listOfCompartments>"
         '<listOfParameters><parameter id="x" value="0" constant="false"/>'
         '<parameter id="c" value="1" constant="true"/></listOfParameters>'
         '<listOfRules><rateRule variable="x">'
@@ -130,6 +131,9 @@ def test_a_switch_on_time_stops_the_solver_and_each_side_keeps_its_own_field(tmp
     assert read.changes({"c": 2.0}) == [(0.0, {"after:c": 0.0}), (2.0, {"after:c": 1.0})]
     assert read.changes({"c": float("inf")}) == []
     assert read.changes({"c": 2.0}, varying={"c"}) == []
+    # estimated (a name, as ds.petab passes it): derivatives would miss the switch's move
+    with pytest.warns(UserWarning, match="switch on time at c reads c, which is estimated"):
+        assert read.changes({"c": "c"}) == []
 
 
 def test_rules_initial_assignments_functions_and_piecewise(tmp_path):
@@ -214,10 +218,12 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     # ids nothing defines: a kinetic law's parameter (k), a species' compartment
     undefined = f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
     undefined += _species("A", 1.0) + "</listOfSpecies>" + _decay()
-    with pytest.raises(ds.sbml.SBMLError, match=r"dA/dt reads \['k'\], which no species"):
+    with pytest.raises(ds.sbml.SBMLError, match=r"kineticLaw> uses 'k' that is not the id"):
         ds.sbml.load(_write(tmp_path, undefined, "no_k.xml"))
     nowhere = undefined.replace('compartment="c"', 'compartment="nowhere"')
-    with pytest.raises(ds.sbml.SBMLError, match="species A lies in compartment 'nowhere'"):
+    with pytest.raises(
+        ds.sbml.SBMLError, match="id 'A' refers to the compartment 'nowhere' which is not defined"
+    ):
         ds.sbml.load(_write(tmp_path, nowhere, "nowhere.xml"))
     event = (
         f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
@@ -273,3 +279,132 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     with pytest.raises(ds.sbml.SBMLError, match="the model's conversion factor cf"):
         ds.sbml.load(path)
+
+
+def test_initial_assignments_set_parameters_sizes_and_stoichiometries(tmp_path):
+    """q = p0 + 1 (the file's value 100 overridden) and the compartment's size c = Vset (4),
+    both by initial assignments; A, given as an amount 2 in c, decays at q·A per c: [A] =
+    0.5 e^(−q t / c) = 0.5 e^(−t); B → ∅ at kb·B·c with its stoichiometry sr = n = 3 set by
+    an initial assignment: B = e^(−n kb t); an assignment rule reads the reaction's rate by
+    the reaction's id. New values of p0 and Vset move q, c and [A](0) with them."""
+    body = (
+        '<listOfCompartments><compartment id="c" size="1" constant="true"/>'
+        "</listOfCompartments><listOfSpecies>"
+        '<species id="A" compartment="c" initialAmount="2" hasOnlySubstanceUnits="false" '
+        'boundaryCondition="false" constant="false"/>'
+        + _species("B", 1.0)
+        + "</listOfSpecies><listOfParameters>"
+        '<parameter id="p0" value="3" constant="true"/>'
+        '<parameter id="q" value="100" constant="true"/>'
+        '<parameter id="Vset" value="4" constant="true"/>'
+        '<parameter id="n" value="3" constant="true"/>'
+        '<parameter id="kb" value="0.5" constant="true"/>'
+        '<parameter id="flux" constant="false"/></listOfParameters>'
+        "<listOfInitialAssignments>"
+        '<initialAssignment symbol="q">'
+        + _MATH.format("<apply><plus/><ci>p0</ci><cn>1</cn></apply>")
+        + '</initialAssignment><initialAssignment symbol="c">'
+        + _MATH.format("<ci>Vset</ci>")
+        + '</initialAssignment><initialAssignment symbol="sr">'
+        + _MATH.format("<ci>n</ci>")
+        + "</initialAssignment></listOfInitialAssignments>"
+        '<listOfRules><assignmentRule variable="flux">'
+        + _MATH.format("<ci>decay</ci>")
+        + "</assignmentRule></listOfRules><listOfReactions>"
+        '<reaction id="decay" reversible="false"><listOfReactants>'
+        '<speciesReference species="A" stoichiometry="1" constant="true"/></listOfReactants>'
+        "<kineticLaw>"
+        + _MATH.format("<apply><times/><ci>q</ci><ci>A</ci></apply>")
+        + '</kineticLaw></reaction><reaction id="loss" reversible="false"><listOfReactants>'
+        '<speciesReference id="sr" species="B" stoichiometry="1" constant="true"/>'
+        "</listOfReactants><kineticLaw>"
+        + _MATH.format("<apply><times/><ci>kb</ci><ci>B</ci><ci>c</ci></apply>")
+        + "</kineticLaw></reaction></listOfReactions>"
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert not {"q", "c"} & set(model.params)  # computed from p0 and Vset
+    y0 = model.initial_state()
+    np.testing.assert_allclose(y0, [0.5, 1.0])
+    assert float(model.value("q", 0.0, y0)) == 4.0 and float(model.value("c", 0.0, y0)) == 4.0
+    assert float(model.value("flux", 0.0, y0)) == pytest.approx(4.0 * 0.5)
+    ys = _solve(model, y0, TS)
+    np.testing.assert_allclose(ys[:, 0], 0.5 * np.exp(-np.asarray(TS)), rtol=1e-9)
+    np.testing.assert_allclose(ys[:, 1], np.exp(-1.5 * np.asarray(TS)), rtol=1e-9)
+    # p0 = 7 (q = 8), Vset = 2: [A](0) = 1, [A] = e^(−4 t)
+    moved = dataclasses.replace(model, params={**model.params, "p0": 7.0, "Vset": 2.0})
+    y0 = moved.initial_state()
+    np.testing.assert_allclose(y0, [1.0, 1.0])
+    np.testing.assert_allclose(
+        _solve(moved, y0, TS)[:, 0], np.exp(-4 * np.asarray(TS)), rtol=1e-9, atol=1e-11
+    )
+    np.testing.assert_allclose(model.initial_state({"Vset": 8.0}), [0.25, 1.0])
+
+
+def test_initial_values_follow_the_size_the_compartment_is_given(tmp_path):
+    """In c of size 2: A given as the amount 1 (in concentration: 1/size), H given as the
+    concentration 1.5 but counted in amounts (1.5·size). Another size moves both, and the
+    derivative of A(t) = (1/V) e^(−k t / V) with respect to the size V is the closed form's."""
+    body = (
+        f"<listOfCompartments>{_compartment(size=2.0)}</listOfCompartments><listOfSpecies>"
+        + _species("A", 1.0, kind="Amount")
+        + _species("H", 1.5, amount=True)
+        + '</listOfSpecies><listOfParameters><parameter id="k" value="0.4" constant="true"/>'
+        "</listOfParameters>" + _decay()
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    np.testing.assert_allclose(model.initial_state(), [0.5, 3.0])
+    np.testing.assert_allclose(model.initial_state({"c": 4.0}), [0.25, 6.0])
+    t = 1.5
+
+    def a_at(size):
+        resized = dataclasses.replace(model, params={**model.params, "c": size})
+        ts = jnp.array([0.0, t])
+        return ds.simulate(
+            resized, resized.initial_state(), ts, solver=ds.Tsit5(rtol=1e-10, atol=1e-12)
+        ).ys[-1, 0]
+
+    v, k = 2.0, 0.4
+    exact = -np.exp(-k * t / v) / v**2 + np.exp(-k * t / v) / v * (k * t / v**2)
+    assert float(jax.grad(a_at)(v)) == pytest.approx(exact, rel=1e-7)
+
+
+def test_files_that_break_sbml_rules_or_mean_something_else_are_refused(tmp_path):
+    """A parameter and a compartment of one id (SBML rule 10301), an id `time` (it would read
+    as SBML's time), a call of a function with too few arguments, a compartment of level 3
+    without a size, one of negative size; a constant="false" compartment nothing changes
+    loads (it is constant)."""
+    species = "<listOfSpecies>" + _species("A", 1.0) + "</listOfSpecies>"
+    k = '<listOfParameters><parameter id="{}" value="0.4" constant="true"/></listOfParameters>'
+    compartments = f"<listOfCompartments>{_compartment()}</listOfCompartments>"
+    twice = compartments + species + k.format("c")
+    with pytest.raises(ds.sbml.SBMLError, match=r"'c' conflicts .* \(SBML rule 10301\)"):
+        ds.sbml.load(_write(tmp_path, twice, "twice.xml"))
+    timed = compartments + species + k.format("time") + _decay().replace(">k<", ">time<")
+    with pytest.raises(ds.sbml.SBMLError, match="a parameter has the id 'time'.* rename it"):
+        ds.sbml.load(_write(tmp_path, timed, "time.xml"))
+    function = (
+        '<listOfFunctionDefinitions><functionDefinition id="f">'
+        + _MATH.format(
+            "<lambda><bvar><ci>x</ci></bvar><bvar><ci>y</ci></bvar>"
+            "<apply><times/><ci>x</ci><ci>y</ci></apply></lambda>"
+        )
+        + "</functionDefinition></listOfFunctionDefinitions>"
+    )
+    called = function + compartments + species + k.format("k")
+    called += _decay().replace(
+        "<apply><times/><ci>k</ci><ci>A</ci></apply>", "<apply><ci>f</ci><ci>A</ci></apply>"
+    )
+    path = _write(tmp_path, called, "called.xml")
+    with pytest.raises(
+        ds.sbml.SBMLError, match="uses the function 'f' which requires a different number of arg"
+    ):
+        ds.sbml.load(path)
+    sizeless = compartments.replace(' size="2.0"', "") + species + k.format("k") + _decay()
+    with pytest.raises(ds.sbml.SBMLError, match="compartment c has no size"):
+        ds.sbml.load(_write(tmp_path, sizeless, "sizeless.xml"))
+    negative = compartments.replace('size="2.0"', 'size="-2"') + species + k.format("k")
+    with pytest.raises(ds.sbml.SBMLError, match="compartment c has size -2"):
+        ds.sbml.load(_write(tmp_path, negative + _decay(), "negative.xml"))
+    unchanged = compartments.replace('constant="true"', 'constant="false"')
+    model = ds.sbml.load(_write(tmp_path, unchanged + species + k.format("k") + _decay(), "u.xml"))
+    assert float(model.params["c"]) == 2.0

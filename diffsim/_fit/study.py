@@ -445,7 +445,9 @@ class Problem:
         observable is undefined), whose σ is not positive, or whose log-scale noise meets a
         prediction ≤ 0; None where every measurement has a likelihood."""
         observable = self.observables
-        for experiment, label in zip(self.predictions(params), self.experiment_names):
+        predicted = zip(self.predictions(params), self.experiment_names, self.experiments)
+        for experiment, label, definition in predicted:
+            rested = definition.pre_equilibrate is not None
             for t, name, y, sigma in zip(
                 experiment["time"],
                 experiment["observable"],
@@ -454,9 +456,13 @@ class Problem:
             ):
                 where = f"{label}'s {name} at t = {t:g}"
                 if not np.isfinite(y):
-                    return (
-                        f"{where} is predicted as {y} (the simulation failed before it, or the "
+                    return f"{where} is predicted as {y} (" + (
+                        "its pre-equilibration reached no steady state (a state that keeps "
+                        "growing has none), or the simulation failed before it, or the "
                         "observable is undefined there)"
+                        if rested
+                        else "the simulation failed before it, or the observable is undefined "
+                        "there)"
                     )
                 if not (np.isfinite(sigma) and sigma > 0):
                     return f"{where} has σ = {sigma:g}: a noise level must be positive"

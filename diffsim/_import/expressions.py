@@ -111,6 +111,12 @@ def from_ast(
             return _FORMULA_FUNCTIONS[name](*children)
         if name not in functions:
             raise ExpressionError(f"{where} calls {name!r}, which no function definition gives")
+        expected = len(functions[name].variables)
+        if len(children) != expected:
+            raise ExpressionError(
+                f"{where} calls {name} with {len(children)} argument(s); its function "
+                f"definition takes {expected}"
+            )
         return functions[name](*children)
     simple = _SIMPLE.get(kind)
     if simple is not None:

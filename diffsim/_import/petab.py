@@ -170,6 +170,16 @@ def _single(items, path, key):
     return items
 
 
+def _middle(low, high, scale: str) -> float:
+    """The middle of [low, high] on `scale` as a natural value (NaN where a bound is not a
+    number: refused with the bounds)."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return math.nan
+    if scale in ("log", "log10") and low > 0:
+        return math.sqrt(low * high)
+    return 0.5 * (low + high)
+
+
 def _number(text):
     """A cell as a float, or None when it is not a number (a parameter's id); NaN for an
     empty cell or 'nan'."""
@@ -269,7 +279,7 @@ class _Builder:
         out = {}
         for _, row in self.parameters.iterrows():
             name = row["parameterId"].strip()
-            scale = row["parameterScale"].strip() or "lin"
+            scale = row["parameterScale"].strip()
             nominal = _number(row["nominalValue"])
             low, high = _number(row["lowerBound"]), _number(row["upperBound"])
             flag = _number(row["estimate"])
@@ -279,6 +289,17 @@ class _Builder:
                     "PEtab's estimate column holds 1 (estimated) or 0 (fixed)"
                 )
             estimate = flag == 1.0
+            if not scale:
+                if estimate:
+                    raise PetabError(
+                        f"{self.path}: parameter {name} is estimated and has no "
+                        "parameterScale; PEtab's parameterScale holds lin, log or log10"
+                    )
+                scale = "lin"  # a fixed parameter's scale changes nothing
+            if estimate and nominal is not None and math.isnan(nominal):
+                # PEtab asks a nominal value of fixed parameters only: an estimated one without
+                # it starts in the middle of its bounds on its scale (a fit screens starts)
+                nominal = _middle(low, high, scale)
             if nominal is None or (estimate and (low is None or high is None)):
                 raise PetabError(
                     f"{self.path}: parameter {name}: bounds and nominal must be numbers"
@@ -341,6 +362,18 @@ class _Builder:
                     f"{self.path}: the condition table sets {column!r}, which is neither a "
                     "parameter, a compartment nor a species of the model"
                 )
+            if column in unknowns and unknowns[column].estimate:
+                cells = self.conditions[column].astype(str).str.strip()
+                set_in = self.conditions["conditionId"][~cells.str.lower().isin(("", "nan"))]
+                if len(set_in):
+                    # the conditions' value would win: the estimate would move nothing
+                    raise PetabError(
+                        f"{self.path}: the condition table sets {column} (condition "
+                        f"{', '.join(set_in.str.strip())}), which the parameter table "
+                        "estimates: a parameter that conditions set is not estimated (PEtab); "
+                        "set the condition to another parameter's id to estimate it per "
+                        "condition, or fix it"
+                    )
         observables = self.observable_definitions(unknowns)
         experiments = self.experiments(unknowns)
         if model.timed_events or model.time_switches:
@@ -372,7 +405,20 @@ class _Builder:
             return Problem(model, experiments, observables, unknowns, solver=solver)
         except ValueError as error:
             message = str(error).replace("add it to unknowns", "add it to the parameter table")
-            raise PetabError(f"{self.path}: {message}") from None
+            read = re.search(r"names '([^']+)', which the model does not define", message)
+            if read is not None:
+                name = read.group(1)
+                observable_ids = set(self.observables["observableId"].str.strip())
+                message = message.replace(
+                    "which the model does not define",
+                    "an observable's id (PEtab v1's formulas read the model's symbols and "
+                    "parameters, not observables: write that observable's formula instead)"
+                    if name in observable_ids
+                    else "which neither the model nor the parameter table defines (add it to "
+                    "the parameter table)",
+                )
+            prefix = f"{self.path}: "
+            raise PetabError(message if message.startswith(prefix) else prefix + message) from None
 
     # --- observables ------------------------------------------------------------------------
 
@@ -394,13 +440,37 @@ class _Builder:
             for symbol in formula.free_symbols | noise_formula.free_symbols:
                 name = symbol.name
                 if name.startswith(("observableParameter", "noiseParameter")):
+                    self._check_placeholder(name, oid, where)
                     unknowns.setdefault(name, Unknown(0.0, estimate=False))  # a placeholder
-            out[oid] = Observable(
-                _Formula(self.model, compile_expression(formula, where)),
-                noise=noise,
-                sigma=self._sigma(noise_formula, unknowns, where),
-            )
+            try:
+                out[oid] = Observable(
+                    _Formula(self.model, compile_expression(formula, where)),
+                    noise=noise,
+                    sigma=self._sigma(noise_formula, unknowns, where),
+                )
+            except ValueError as error:  # e.g. a noise formula that is a number <= 0
+                raise PetabError(f"{where}: {error}") from None
         return out
+
+    def _check_placeholder(self, name: str, oid: str, where: str):
+        """A placeholder (`observableParameter<i>_<id>`, `noiseParameter<i>_<id>`) belongs to
+        the observable of its name, whose measurements give its values; one of another
+        observable (a formula copied from it) or of none would be given by no row."""
+        if name in self.parameter_ids:
+            return  # the parameter table defines it: an ordinary parameter
+        match = re.fullmatch(r"(?:observable|noise)Parameter\d+_(.+)", name)
+        if match is None or match.group(1) != oid:
+            owner = match.group(1) if match else None
+            whose = (
+                f"a placeholder of observable {owner}"
+                if owner in set(self.observables["observableId"].str.strip())
+                else "a placeholder of no observable"
+            )
+            raise PetabError(
+                f"{where}'s formulas read {name}, {whose}: no measurement of {oid} gives its "
+                f"value (PEtab: {oid}'s placeholders are named observableParameter<i>_{oid} and "
+                f"noiseParameter<i>_{oid}); rename it, or define {name} in the parameter table"
+            )
 
     def _sigma(self, formula, unknowns: dict, where: str):
         """The noise formula as `Observable(sigma=)`: a number, a parameter's name where it is

@@ -5,7 +5,10 @@ JAX functions by walking those (`expressions.py`): nothing in the file is evalua
 What is read:
 
 - compartments (constant sizes), species (in concentration or, with `hasOnlySubstanceUnits`,
-  amount; boundary and constant species keep their value), parameters;
+  amount; boundary and constant species keep their value; initial values converted with the
+  compartment's size in the model solved), parameters; initial assignments of parameters,
+  compartments and stoichiometries (their values from the other parameters, computed as
+  assignment rules are); reaction and species reference ids in the mathematics;
 - reactions with their kinetic laws (local parameters substituted) and constant
   stoichiometries: d[S]/dt = Σ stoichiometry · rate / volume of S's compartment (a species in
   amount units without the division);
@@ -21,7 +24,8 @@ What is read:
 
 What is not, refused when the file is loaded with the element's id: events triggered by the
 state, events with delays, algebraic rules, fast reactions, variable stoichiometry,
-non-constant compartments, conversion factors.
+compartments that rules or events change, conversion factors, an id `time`; and any file
+libsbml's consistency checks find invalid.
 
 The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
 size) are traced like any model's fields: `ds.Problem` estimates them by name.
@@ -31,6 +35,7 @@ import copy
 import dataclasses
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -40,6 +45,7 @@ import sympy
 
 from .._model import AbstractODE
 from .._validate import user_path
+from .._warn import warn
 from .expressions import compile_expression, ExpressionError, from_ast, TIME
 
 
@@ -57,7 +63,9 @@ class _Structure:
     rates: tuple[Callable, ...]  # per state: env -> its rate of change
     rules: tuple[tuple[str, Callable], ...]  # assignment rules, in dependency order
     initial: tuple[tuple[str, Callable], ...]  # initial assignments, in dependency order
-    initial_values: dict  # state id -> its value in the file (None: an assignment sets it)
+    # state id -> (its value in the file, "times"/"over"/None: multiplied or divided by its
+    # compartment's size, that compartment), or None where an initial assignment sets it
+    initial_values: dict
     expressions: dict  # id -> the SymPy expression of each rule and rate (for observables)
     # time-triggered events: (id, env -> trigger time, fires when true at t0, assignments
     # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
@@ -225,7 +233,17 @@ class SBMLModel(AbstractODE):
         }
         moved |= {n for n, _ in self.structure.choices if env.get(f"choose:{n}", 0.0) != 0.0}
         for flag, time_of, reads in self.structure.switches:
-            if reads & moved or any(not isinstance(env.get(n, 0.0), numbers.Real) for n in reads):
+            estimated = sorted(n for n in reads if not isinstance(env.get(n, 0.0), numbers.Real))
+            if estimated:
+                warn(
+                    f"{source}: the switch on time at {flag.removeprefix('after:')} reads "
+                    f"{', '.join(estimated)}, which is estimated: the solver crosses the switch "
+                    "inside a step, and derivatives miss the effect of moving it (the "
+                    f"log-likelihood's gradient in {', '.join(estimated)} lacks that term, so "
+                    "a fit may stop away from the optimum in it); fix it, or profile it with "
+                    "the rest fitted"
+                )
+            if reads & moved or estimated:
                 continue  # a time the fit or a change moves: the flag follows the time
             time = float(time_of(env))
             if not math.isfinite(time):
@@ -249,8 +267,18 @@ class SBMLModel(AbstractODE):
         env = dict(params)
         dtype = jnp.result_type(*params.values()) if params else jnp.result_type(float)
         env["time"] = jnp.zeros((), dtype)
-        for name, value in self.structure.initial_values.items():
-            if value is not None:
+        for name, rule in self.structure.rules:  # sizes and values from the parameters
+            try:
+                env[name] = rule(env)
+            except ExpressionError:
+                pass  # it reads a state: evaluated below
+        for name, given in self.structure.initial_values.items():
+            if given is not None:
+                value, size_enters, compartment = given
+                if size_enters == "times":  # an amount from a concentration
+                    value = value * env[compartment]
+                elif size_enters == "over":  # a concentration from an amount
+                    value = value / env[compartment]
                 env[name] = value
         for name, rule in self.structure.rules:  # what initial assignments may read
             try:
@@ -313,21 +341,39 @@ def load(path) -> SBMLModel:
     if not path.is_file():
         raise FileNotFoundError(f"ds.sbml.load: no file at {source}")
     document = libsbml.SBMLReader().readSBMLFromFile(source)
-    errors = [
-        document.getError(i)
-        for i in range(document.getNumErrors())
-        if document.getError(i).getSeverity() >= libsbml.LIBSBML_SEV_ERROR
-    ]
+    errors = _errors(document, libsbml)
+    if not errors and document.getModel() is not None:
+        # the rules of SBML itself (unique ids, what a function definition may read, ...):
+        # reading checks only the syntax, and a file breaking them loaded with a silent meaning
+        # (a parameter and a species of one id side by side). Units and modelling practice
+        # are advice, not validity: not checked.
+        document.setConsistencyChecks(libsbml.LIBSBML_CAT_UNITS_CONSISTENCY, False)
+        document.setConsistencyChecks(libsbml.LIBSBML_CAT_MODELING_PRACTICE, False)
+        document.checkConsistency()
+        errors = _errors(document, libsbml)
     if errors:
         first = errors[0]
+        message = " ".join(first.getMessage().split())
+        # libsbml's message is the rule's whole text, then "Reference: L3V2 Section 3.4.3 "
+        # and what this file does wrong: that last part, with the rule's number
+        specific = re.search(r"Reference: L\dV\d Sections? [\d.]+(?: and [\d.]+)? (.+)$", message)
         raise SBMLError(
             f"{source} is not a valid SBML file: line {first.getLine()}: "
-            f"{first.getMessage().strip()} ({len(errors)} error(s))"
+            f"{specific.group(1) if specific else message} (SBML rule {first.getErrorId()}"
+            f"{f'; {len(errors)} errors' if len(errors) > 1 else ''})"
         )
     model = document.getModel()
     if model is None:
         raise SBMLError(f"{source} holds no SBML model")
     return _build(model, source)
+
+
+def _errors(document, libsbml) -> list:
+    return [
+        document.getError(i)
+        for i in range(document.getNumErrors())
+        if document.getError(i).getSeverity() >= libsbml.LIBSBML_SEV_ERROR
+    ]
 
 
 def _refuse(source, what):
@@ -353,14 +399,35 @@ def _build(model, source: str) -> SBMLModel:
 
     if model.getNumConstraints():
         pass  # constraints only assert; they do not change the dynamics
+    _refuse_time_ids(model, source)
+    initially = {ia.getSymbol() for ia in model.getListOfInitialAssignments()}
+    changed = {r.getVariable(): "a rate rule" for r in model.getListOfRules() if r.isRate()}
+    for event in model.getListOfEvents():
+        for assignment in event.getListOfEventAssignments():
+            changed[assignment.getVariable()] = f"event {event.getId() or '(unnamed)'}"
     params: dict[str, Any] = {}
     volumes = {}
     for compartment in model.getListOfCompartments():
         cid = compartment.getId()
-        if not compartment.getConstant():
-            _refuse(source, f"compartment {cid} of variable size")
-        size = compartment.getSize() if compartment.isSetSize() else 1.0
-        params[cid] = float(size)
+        if cid in changed:  # a constant="false" compartment that nothing changes is constant
+            _refuse(source, f"compartment {cid} of variable size (set by {changed[cid]})")
+        if compartment.isSetSize():
+            size = float(compartment.getSize())
+            if not size > 0 and not _dimensionless(compartment):
+                raise SBMLError(
+                    f"{source}: compartment {cid} has size {size:g}; a compartment's size "
+                    "must be positive (species in it are amounts per size)"
+                )
+        elif cid in initially or _dimensionless(compartment):
+            size = float("nan")  # set by its initial assignment below (or unused)
+        elif model.getLevel() >= 3:
+            raise SBMLError(
+                f"{source}: compartment {cid} has no size (SBML level 3 gives none by default); "
+                "give it a size attribute or an initial assignment"
+            )
+        else:
+            size = 1.0  # SBML level 2's default
+        params[cid] = size
         volumes[cid] = sympy.Symbol(cid)
     for parameter in model.getListOfParameters():
         params[parameter.getId()] = (
@@ -401,13 +468,14 @@ def _build(model, source: str) -> SBMLModel:
                 f"{compartment!r}, which the model does not define"
             )
         species_compartment[sid] = compartment
-        volume = params.get(compartment, 1.0)
+        # (value, how the compartment's size enters): evaluated with the size the model has
+        # then (a setting, an estimate), not the file's
         if species.isSetInitialConcentration():
             value = species.getInitialConcentration()
-            initial_values[sid] = value * volume if amount_units else value
+            initial_values[sid] = (value, "times" if amount_units else None, compartment)
         elif species.isSetInitialAmount():
             value = species.getInitialAmount()
-            initial_values[sid] = value if amount_units else value / volume
+            initial_values[sid] = (value, None if amount_units else "over", compartment)
         else:
             initial_values[sid] = None
         states.append(sid)
@@ -415,11 +483,24 @@ def _build(model, source: str) -> SBMLModel:
         if variable not in states:
             if variable not in params:
                 _refuse(source, f"rate rule for {variable}, which is no species or parameter")
-            initial_values[variable] = params.pop(variable)
+            initial_values[variable] = (params.pop(variable), None, None)
             states.append(variable)
+    # initial assignments to constant parameters and compartments set their values for the
+    # whole solve (SBML): they become values computed from the other parameters, as
+    # assignment rules are (the file's value attribute is overridden)
+    derived = _derived_by_initial_assignment(model, math_of, source, params, set(states), changed)
+    rules.update(derived)
+    for variable in derived:
+        params.pop(variable)
 
     # d/dt of every state: rate rules, else Σ stoichiometry · rate (/ volume)
     flux = {s: sympy.Integer(0) for s in states}
+    # what a reaction's id (its rate) and a species reference's id (its stoichiometry) stand
+    # for where the file's mathematics reads them (SBML level 3)
+    named: dict = {}
+    derived_stoichiometry = _stoichiometry_by_initial_assignment(
+        model, math_of, source, params, rules, set(states)
+    )
     for reaction in model.getListOfReactions():
         rid = reaction.getId()
         if reaction.isSetFast() and reaction.getFast():
@@ -434,6 +515,7 @@ def _build(model, source: str) -> SBMLModel:
         ):
             local[sympy.Symbol(lp.getId())] = sympy.Float(lp.getValue())
         rate = rate.subs(local)
+        named[rid] = rate
         for sign, references in (
             (-1, reaction.getListOfReactants()),
             (1, reaction.getListOfProducts()),
@@ -448,18 +530,23 @@ def _build(model, source: str) -> SBMLModel:
                     _refuse(source, f"variable stoichiometry of {sid} in {rid}")
                 if reference.isSetId() and reference.getId() in rules | rate_rules.keys():
                     _refuse(source, f"variable stoichiometry of {sid} in {rid}")
-                stoichiometry = (
+                stoichiometry = sympy.Float(
                     reference.getStoichiometry() if reference.isSetStoichiometry() else 1.0
                 )
+                if reference.isSetId() and reference.getId() in derived_stoichiometry:
+                    stoichiometry = derived_stoichiometry[reference.getId()]
+                if reference.isSetId():
+                    named[reference.getId()] = stoichiometry
                 if sid not in flux:
                     continue  # a species fixed by a rule, boundary or not
                 species = model.getSpecies(sid)
                 if species.getBoundaryCondition() or species.getConstant():
                     continue
-                term = sign * sympy.Float(stoichiometry) * rate
+                term = sign * stoichiometry * rate
                 if concentration[sid]:
                     term = term / volumes[species_compartment[sid]]
                 flux[sid] = flux[sid] + term
+    rules.update(_read_names(named, [*rules.values(), *rate_rules.values(), *flux.values()]))
     # every switch on time in the vector field and the rules reads a flag that changes at
     # its time can set (see `_on_flags`)
     switches: dict = {}
@@ -481,6 +568,8 @@ def _build(model, source: str) -> SBMLModel:
     )
     assignments = {}
     for ia in model.getListOfInitialAssignments():
+        if ia.getSymbol() in derived or ia.getSymbol() in derived_stoichiometry:
+            continue  # a parameter's, a compartment's or a stoichiometry's value (above)
         assignments[ia.getSymbol()] = math_of(
             ia.getMath(), f"initial assignment of {ia.getSymbol()}"
         )
@@ -525,6 +614,106 @@ def _build(model, source: str) -> SBMLModel:
         params={k: jnp.asarray(v, jnp.result_type(float)) for k, v in params.items()},
         structure=structure,
     )
+
+
+def _dimensionless(compartment) -> bool:
+    """A compartment of spatial dimension 0 (its size means nothing); level 3 leaves the
+    dimension unset unless given."""
+    return compartment.isSetSpatialDimensions() and compartment.getSpatialDimensionsAsDouble() == 0
+
+
+def _refuse_time_ids(model, source: str):
+    """An element whose id is `time` would be read as SBML's time (the csymbol) in the
+    mathematics diffsim builds: refused rather than confused."""
+    elements = [
+        ("compartment", model.getListOfCompartments()),
+        ("species", model.getListOfSpecies()),
+        ("parameter", model.getListOfParameters()),
+        ("reaction", model.getListOfReactions()),
+        ("function definition", model.getListOfFunctionDefinitions()),
+    ]
+    for reaction in model.getListOfReactions():
+        references = [*reaction.getListOfReactants(), *reaction.getListOfProducts()]
+        elements.append(("species reference", references))
+    for kind, listed in elements:
+        if any(element.getId() == TIME.name for element in listed):
+            raise SBMLError(
+                f"{source}: a {kind} has the id 'time', which diffsim cannot tell apart from "
+                "SBML's time in the model's mathematics; rename it"
+            )
+
+
+def _reads_dynamics(expr, rules: dict, states: set) -> list[str]:
+    """The states (and time) `expr` reads, directly or through assignment rules."""
+    found, seen, todo = set(), set(), [expr]
+    while todo:
+        for symbol in todo.pop().free_symbols:
+            name = symbol.name
+            if name in states or symbol == TIME:
+                found.add(name)
+            elif name in rules and name not in seen:
+                seen.add(name)
+                todo.append(rules[name])
+    return sorted(found)
+
+
+def _derived_by_initial_assignment(model, math_of, source, params, states, changed) -> dict:
+    """id -> expression of each parameter and compartment an initial assignment sets: its
+    value for the whole solve, from the other parameters (SBML evaluates it once, at the
+    start, where the parameters it reads have their values)."""
+    rules = {r.getVariable(): math_of(r.getMath(), "") for r in model.getListOfRules()}
+    derived = {}
+    for ia in model.getListOfInitialAssignments():
+        symbol = ia.getSymbol()
+        if symbol not in params:
+            continue  # a species', a rate rule's variable's (initial states), a stoichiometry's
+        if symbol in changed:
+            _refuse(source, f"the initial assignment of {symbol}, which {changed[symbol]} sets")
+        expr = math_of(ia.getMath(), f"initial assignment of {symbol}")
+        dynamic = _reads_dynamics(expr, rules, states)
+        if dynamic:
+            _refuse(
+                source,
+                f"the initial assignment of parameter {symbol}, which reads {dynamic} (an "
+                "initial assignment of a parameter or compartment that reads the state)",
+            )
+        derived[symbol] = expr
+    return derived
+
+
+def _stoichiometry_by_initial_assignment(model, math_of, source, params, rules, states) -> dict:
+    """species reference id -> the expression of its stoichiometry that an initial assignment
+    sets (from the parameters)."""
+    references = {
+        reference.getId()
+        for reaction in model.getListOfReactions()
+        for reference in [*reaction.getListOfReactants(), *reaction.getListOfProducts()]
+        if reference.isSetId()
+    }
+    found = {}
+    for ia in model.getListOfInitialAssignments():
+        symbol = ia.getSymbol()
+        if symbol not in references:
+            continue
+        expr = math_of(ia.getMath(), f"initial assignment of {symbol}")
+        dynamic = _reads_dynamics(expr, rules, states)
+        if dynamic:
+            _refuse(source, f"the stoichiometry {symbol}, whose initial assignment reads {dynamic}")
+        found[symbol] = expr
+    return found
+
+
+def _read_names(named: dict, expressions) -> dict:
+    """The entries of `named` (a reaction's rate, a stoichiometry by id) that `expressions`
+    read, and those that these read in turn: made assignment rules only where read, so that
+    a reaction's rate is not computed twice in every evaluation of the vector field."""
+    found, todo = {}, list(expressions)
+    while todo:
+        for symbol in todo.pop().free_symbols:
+            if symbol.name in named and symbol.name not in found:
+                found[symbol.name] = named[symbol.name]
+                todo.append(named[symbol.name])
+    return found
 
 
 def _time_events(model, math_of, source, params: dict, states: list, rules: dict) -> tuple:
