@@ -138,6 +138,12 @@ def test_y0_that_does_not_fit_the_model(model, y0, match):
         ds.simulate(model, y0, TS, solver=ds.Tsit5())
 
 
+def test_a_fit_names_a_y0_that_does_not_fit_the_model_before_blaming_observe():
+    data = (jnp.array([1.0, 2.0]), jnp.array([0.5, 0.2]))
+    with pytest.raises(ValueError, match=r"y0 must have shape \(2,\) .*got \(\)"):
+        ds.fit(PENDULUM, 1.0, data, params=["length"], observe=lambda y: y[0])
+
+
 def test_an_error_raised_by_the_vector_field_keeps_its_type():
     # a user's own TypeError comes back as a TypeError, with the model named
     def broken(t, y, p):

@@ -630,3 +630,44 @@ def test_fixed_step_fit_with_data_times_that_dt_does_not_divide():
     assert result.converged
     assert result.params["k"] == pytest.approx(0.7, rel=1e-6)
     assert float(result.y0[0]) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_starts_at_the_same_loss_with_other_values_are_warned_about():
+    """An oral dose measured in plasma alone: (ka, ke, V) and (ke, ka, V·ke/ka) give the same
+    curve (pharmacokinetics' flip-flop). Starts on both sides end at one loss with the rates
+    swapped: both fits say the optimum is not unique (before, "2 of 2 starts reached it")."""
+
+    def field(t, y, p):
+        return jnp.stack([-p["ka"] * y[0], p["ka"] * y[0] / p["V"] - p["ke"] * y[1]])
+
+    model = ds.ODE(field, {"ka": 1.0, "ke": 1.0, "V": 1.0})
+    t = np.array([0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16, 24.0])
+    ka, ke, volume = 1.5, 0.3, 20.0
+    conc = 100 * ka / (volume * (ka - ke)) * (np.exp(-ke * t) - np.exp(-ka * t))
+    data = conc + 0.05 * np.random.default_rng(0).normal(size=t.size)
+    starts = np.array([[1.4, 0.35, 18.0], [0.35, 1.4, 5.0]])
+    equal = "reached the kept loss elsewhere .* several optima of equal height"
+    with pytest.warns(ds.FitWarning, match=equal):
+        result = ds.fit(
+            model,
+            jnp.array([100.0, 0.0]),
+            (t, data),
+            params=["ka", "ke", "V"],
+            observe=lambda y: y[1],
+            t0=0.0,
+            noise=0.05,
+            starts=starts,
+        )
+    assert result.starts["loss"][0] == pytest.approx(result.starts["loss"][1], rel=1e-6)
+    rates = sorted([result.starts["params"]["ka"][0], result.starts["params"]["ka"][1]])
+    assert rates[0] == pytest.approx(0.29, abs=0.02) and rates[1] == pytest.approx(1.53, abs=0.05)
+    rows = {"time": t, "observable": ["conc"] * t.size, "value": data}
+    log10 = dict(bounds=(1e-3, 1e3), scale="log10")
+    study = ds.Problem(
+        model,
+        [ds.Experiment(rows, y0=jnp.array([100.0, 0.0]), t0=0.0)],
+        {"conc": ds.Observable(lambda t, y, p: y[1], sigma=0.05)},
+        {n: ds.Unknown(1.0, **log10) for n in ("ka", "ke", "V")},
+    )
+    with pytest.warns(ds.FitWarning, match=equal):
+        ds.fit(study, starts=starts, progress=False)

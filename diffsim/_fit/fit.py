@@ -15,6 +15,7 @@ from .._solver.base import AbstractSolver
 from .._warn import warn
 from . import optimize as opt
 from .data import FitWarning
+from .equal_optima import equal_optima_note
 from .evaluate import at_optimum, largest_defects, trajectory
 from .optimize import FIT_RESULTS
 from .problem import (
@@ -691,7 +692,10 @@ def _result(
     predictions = np.asarray(predictions)
     residuals = np.where(np.asarray(problem.scale) > 0, np.asarray(residuals), np.nan)
     p_all = np.asarray(final.p)
-    notes = bound_notes + start_notes + stats.notes
+    losses = np.asarray(optimum.loss)
+    same = np.isfinite(losses) & (losses <= loss_kept(losses, best))
+    equal = equal_optima_note(p_all, same, best, stats.stderr, names)
+    notes = bound_notes + start_notes + ([equal] if equal else []) + stats.notes
     if code != FIT_RESULTS.converged:
         notes.insert(0, f"the fit did not converge: {code.message}")
     elif misfit is not None:
@@ -752,13 +756,18 @@ def _result(
     )
 
 
+def loss_kept(losses: np.ndarray, best: int) -> float:
+    """The loss up to which a start counts as having reached the kept optimum."""
+    return losses[best] + BEATEN * abs(losses[best])
+
+
 def _start_agreement(losses: np.ndarray, best: int, screen: dict | None):
     """How many starts reached the kept optimum (loss within `BEATEN`, relatively), and notes:
     the given guess could not be simulated (the screen found a start that can), or the
     landscape showed several optima: only one start of many found the lowest, or start 0 (the
     given guess, or the lowest screened point) on its own stopped at a higher one."""
     lowest = losses[best]
-    reached = np.isfinite(losses) & (losses <= lowest + BEATEN * abs(lowest))
+    reached = np.isfinite(losses) & (losses <= loss_kept(losses, best))
     count, total = int(np.sum(reached)), losses.size
     notes = []
     if screen is not None and not np.isfinite(screen["loss"][0]):

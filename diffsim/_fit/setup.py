@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._events import as_events, Event
+from .._integrate.simulate import check_state_shape
 from .._model import AbstractODE, check_model
 from .._paths import floating_names, get, path_of
 from .._solver.adaptive import Tsit5, working_tolerances
@@ -524,6 +525,7 @@ def _select_state(initial_state, labels) -> list[int]:
 
 
 def _check_observe(model, y0, observe, num_observables, data) -> None:
+    check_state_shape(model, y0)  # before `observe` is blamed for a wrong state
     if observe is None:
         if y0.size != num_observables:
             raise ValueError(

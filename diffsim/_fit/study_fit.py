@@ -28,6 +28,7 @@ from .._quasirandom import halton_unit
 from .._warn import warn
 from . import bounded_lm, optimize as opt, study_plot
 from .data import FitWarning
+from .equal_optima import equal_optima_note
 from .optimize import FIT_RESULTS
 from .study import Problem, require_estimated
 from .study_objective import (
@@ -175,7 +176,7 @@ class ProblemFit:
             "scale",
             "value",
             "on scale",
-            "stderr",
+            "stderr on scale",  # not in natural units (a log10 scale's: decades)
             f"{100 * self.level:g}% interval",
         ]
         rows = [header]
@@ -535,6 +536,10 @@ def _result(
     touches = (np.isfinite(tables.lower) & (scaled[best] - tables.lower <= margin)) | (
         np.isfinite(tables.upper) & (tables.upper - scaled[best] <= margin)
     )
+    same = objective >= objective[best] - SAME_OPTIMUM
+    equal = equal_optima_note(scaled, same, best, stderr_array, names)
+    if equal:
+        notes.append(equal)
     on_bound = [n for i, n in enumerate(names) if touches[i]]
     if on_bound:
         notes.append(

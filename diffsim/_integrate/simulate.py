@@ -493,6 +493,17 @@ def _check_finite_inputs(model, y0) -> None:
         raise ValueError(f"y0 holds NaN or inf{where}; the initial state must be finite")
 
 
+def check_state_shape(model, y0) -> None:
+    """y0's shape against the model's state, where the model declares it."""
+    expected = model.state_shape()
+    if expected is not None and eqx.is_array(y0) and y0.shape != tuple(expected):
+        labels = f" ({', '.join(model.state_names)})" if model.state_names else ""
+        raise ValueError(
+            f"y0 must have shape {tuple(expected)}{labels} for {type(model).__name__}, got "
+            f"{y0.shape}"
+        )
+
+
 def _check_state(model, y0, t0) -> None:
     name = type(model).__name__
     timed = getattr(model, "timed_events", ())
@@ -503,10 +514,7 @@ def _check_state(model, y0, t0) -> None:
             "model.without_events() as the model and ds.Experiment(changes=model.changes()) "
             "(ds.petab.load does this)"
         )
-    expected = model.state_shape()
-    if expected is not None and eqx.is_array(y0) and y0.shape != tuple(expected):
-        labels = f" ({', '.join(model.state_names)})" if model.state_names else ""
-        raise ValueError(f"y0 must have shape {tuple(expected)}{labels} for {name}, got {y0.shape}")
+    check_state_shape(model, y0)
     try:
         # a Python number returned (a constant rate) counts as a 0-d array of the state's dtype
         out = eqx.filter_eval_shape(
