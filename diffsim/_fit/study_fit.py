@@ -30,6 +30,7 @@ from . import bounded_lm, optimize as opt, study_plot
 from .data import FitWarning
 from .equal_optima import equal_optima_note
 from .optimize import FIT_RESULTS
+from .result import BEATEN
 from .study import Problem, require_estimated
 from .study_objective import (
     fisher_residuals,
@@ -536,7 +537,8 @@ def _result(
     touches = (np.isfinite(tables.lower) & (scaled[best] - tables.lower <= margin)) | (
         np.isfinite(tables.upper) & (tables.upper - scaled[best] <= margin)
     )
-    same = objective >= objective[best] - SAME_OPTIMUM
+    # of equal height: within the optimiser's own spread (`BEATEN`), not the 0.1 of "reached"
+    same = objective >= objective[best] - BEATEN * (1.0 + abs(objective[best]))
     equal = equal_optima_note(scaled, same, best, stderr_array, names)
     if equal:
         notes.append(equal)
