@@ -361,3 +361,18 @@ def test_throw_true_under_vmap_raises():
     )
     with pytest.raises(Exception, match="non-finite"):
         jax.block_until_ready(run(jnp.array([1.0, 0.1])))
+
+
+def test_a_fit_in_float32_warns_of_a_tolerance_its_type_cannot_meet():
+    t = np.linspace(0.1, 2.0, 10)
+    data = (t, np.cos(3 * t).astype(np.float32))
+    with pytest.warns(ds.PrecisionWarning, match="rtol=1e-08 is below float32's epsilon"):
+        ds.fit(
+            PENDULUM,
+            jnp.array([1.0, 0.0], jnp.float32),
+            data,
+            params=["length"],
+            observe=lambda y: y[0],
+            solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
+            t0=0.0,
+        )
