@@ -888,3 +888,35 @@ def test_a_rest_that_is_never_reached_is_named_as_the_reason():
     problem = ds.Problem(model, [experiment], {"y": ds.Observable(lambda t, y, p: y[0])}, {})
     with pytest.warns(UserWarning, match="rest's y at t = 0 .* reached no steady state"):
         assert np.isnan(problem.llh())
+
+
+def test_a_log_noise_prediction_the_solver_does_not_resolve_is_warned_about():
+    """y = 2 e^(−k t) measured to t = 60 under log-normal noise: at k = 0.7 the last value,
+    1.1e-18, lies far below the default atol (1e-10), and the solve's value there has no
+    correct digit (it came out 1,000 times too large, and a fit ended at k = 1.78 reporting
+    convergence). The llh and the fit say so; with an atol that resolves it, the fit finds the
+    closed-form optimum (the mean log-rate of the data)."""
+    ts = np.array([0.5, 1.0, 2.0, 3.0, 5.0, 60.0])
+    noise = np.exp(0.1 * np.random.default_rng(0).normal(size=ts.size))
+    values = 2.0 * np.exp(-0.7 * ts) * noise
+    model = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
+
+    def study(solver=None):
+        return ds.Problem(
+            model,
+            [ds.Experiment(_long(ts, "A", values), y0=jnp.array([2.0]))],
+            {"A": ds.Observable(lambda t, y, p: y[0], noise="log-normal", sigma=0.1)},
+            {"k": ds.Unknown(0.3, bounds=(1e-3, 10), scale="log10")},
+            **({} if solver is None else {"solver": solver}),
+        )
+
+    unresolved = "under log-scale noise is .* below 1000 × the solver's atol .*atol=1e-"
+    with pytest.warns(ds.FitWarning, match=unresolved):
+        study().llh({"k": 0.7})
+    with pytest.warns(ds.FitWarning, match=unresolved):
+        ds.fit(study(), progress=False)
+    resolved = study(ds.Rodas5P(rtol=1e-8, atol=1e-30))
+    # log y = log 2 − k t: least squares of log(values/2) on −t
+    exact = -np.sum(ts * np.log(values / 2.0)) / np.sum(ts**2)
+    result = ds.fit(resolved, progress=False)
+    assert result.params["k"] == pytest.approx(exact, rel=1e-6)

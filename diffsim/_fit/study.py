@@ -33,7 +33,7 @@ import numpy as np
 from .._model import AbstractODE, check_model
 from .._solver.base import AbstractSolver, check_solver
 from .._warn import warn
-from .data import Data
+from .data import Data, FitWarning
 from .study_changes import (
     checked_changes,
     functions_of,
@@ -45,7 +45,7 @@ from .study_changes import (
     working_precision,
     working_round_off,
 )
-from .study_objective import evaluate_llh, evaluate_predictions
+from .study_objective import check_resolved, evaluate_llh, evaluate_predictions
 
 SCALES = ("lin", "log", "log10")
 NOISE_MODELS = ("normal", "laplace", "log-normal", "log10-normal", "log-laplace", "log10-laplace")
@@ -432,7 +432,11 @@ class Problem:
         """The log-likelihood of every measurement at `params` (natural values of estimated
         unknowns; the others at their `value`), without the priors. Where it is not finite, a
         warning names the first measurement without a likelihood and why."""
-        value = float(self._evaluate(params)[0])
+        value, _, smallest = self._evaluate(params)
+        value = float(value)
+        unresolved = check_resolved(self, float(smallest))
+        if unresolved:
+            warn(unresolved, FitWarning)
         if not math.isfinite(value):
             reason = self.why_not_finite(params)
             if reason:
@@ -532,7 +536,7 @@ class Problem:
 
     def log_posterior(self, params: Mapping | None = None) -> float:
         """The log-likelihood plus the log-priors (unnormalised)."""
-        llh, log_prior = self._evaluate(params)
+        llh, log_prior, _ = self._evaluate(params)
         return float(llh + log_prior)
 
     def predictions(self, params: Mapping | None = None) -> list[dict]:

@@ -33,9 +33,10 @@ from .optimize import FIT_RESULTS
 from .result import BEATEN
 from .study import Problem, require_estimated
 from .study_objective import (
+    check_resolved,
     fisher_residuals,
+    likelihood_and_smallest,
     natural_on_host,
-    negative_log_likelihood,
     prior_hessian,
     residual_constant,
     RESIDUAL_OFFSET,
@@ -418,7 +419,9 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
             refine=_closed_form_refinement(problem),
         )
         scaled = optimum.u
-    nll, prior = negative_log_likelihood(problem, to_natural_values(scaled, tables.scales))
+    nll, prior, smallest = likelihood_and_smallest(
+        problem, to_natural_values(scaled, tables.scales)
+    )
     return dict(
         scaled=scaled,
         code=optimum.code,
@@ -426,6 +429,7 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
         nll=nll,
         prior=prior,
         objective=nll + prior,
+        smallest=smallest,
         chosen=s0,
     )
 
@@ -548,6 +552,9 @@ def _result(
             f"{on_bound} ended on a bound: the optimum may lie beyond it (widen the bounds) or "
             "the data do not determine it"
         )
+    unresolved = check_resolved(problem, float(np.asarray(out["smallest"])[best]))
+    if unresolved:
+        notes.append(unresolved)
     if not converged:
         notes.append(f"the best start did not converge: {code.message}")
     if not np.isfinite(llh[best]):

@@ -350,16 +350,57 @@ def negative_log_likelihood(problem, theta, measured=None, model=None, batch=Non
     study's values (same rows), `model` the problem's model (the same structure); `batch`
     (per group, the members to simulate: `row_states`) makes the NLL a mini-batch's,
     weighted to be the whole one's in the mean (`batch_weights`)."""
+    return _likelihood_terms(problem, theta, measured, model, batch)[:2]
+
+
+def smallest_logged(problem, predictions):
+    """The smallest |prediction| of a measurement under log-scale noise (inf where none is):
+    one the solver's absolute tolerance does not resolve relatively makes that row's
+    likelihood, and a fit, wrong (`check_resolved`)."""
+    logged = jnp.asarray(noise_constants(problem)[0])
+    return jnp.min(jnp.where(logged, jnp.abs(predictions), jnp.inf), initial=jnp.inf)
+
+
+def likelihood_and_smallest(problem, theta):
+    """(NLL, −log-prior, `smallest_logged`) at natural θ, from one simulation."""
+    return _likelihood_terms(problem, theta)
+
+
+def _likelihood_terms(problem, theta, measured=None, model=None, batch=None):
     dtype = theta.dtype
     states = row_states(problem, theta, dtype, model, batch)
     predictions, sigmas = observe(problem, theta, states, dtype)
+    smallest = smallest_logged(problem, predictions)
     _, _, nll, _ = _noise_terms(problem, predictions, sigmas, dtype, measured)
     if batch is not None:
         # a row of an undrawn member reads another member's states under its own settings,
         # which may be no prediction at all (a log-noise prediction ≤ 0 is NaN): selected out
         weights = batch_weights(problem, batch, dtype)
         nll = jnp.where(weights > 0, weights * nll, 0.0)
-    return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype))
+    return jnp.sum(nll), jnp.sum(_prior_terms(problem, theta, dtype)), smallest
+
+
+# Where the solver controls a state's error only to its absolute tolerance (atol), a value
+# near atol has no correct digits: harmless under normal noise (the error is far below σ),
+# but log-scale noise compares log(prediction), so a decay to 1e-18 solved at atol 1e-10
+# came out 1,000 times too large, and a fit ended far from the optimum reporting convergence.
+# A prediction below this many atol is warned about.
+UNRESOLVED_ATOLS = 1e3
+
+
+def check_resolved(problem, smallest: float) -> str | None:
+    """The warning for a log-noise prediction (`smallest_logged`) the solver's atol does not
+    resolve, with a tolerance that would; None where it is resolved."""
+    atol = float(np.min(np.asarray(getattr(problem.solver, "atol", 0.0))))
+    if not (np.isfinite(smallest) and atol > 0 and smallest < UNRESOLVED_ATOLS * atol):
+        return None
+    needed = 10.0 ** np.floor(np.log10(max(smallest, 1e-300) / UNRESOLVED_ATOLS))
+    return (
+        f"a prediction under log-scale noise is {smallest:.3g}, below {UNRESOLVED_ATOLS:g} × "
+        f"the solver's atol ({atol:g}): its relative error is not controlled, and so neither "
+        "is its log-likelihood (a fit may end away from the optimum); pass a solver with a "
+        f"smaller atol, e.g. solver=ds.Rodas5P(rtol=1e-8, atol={needed:.0e}) to ds.Problem"
+    )
 
 
 def residuals(problem, theta, measured=None):
@@ -424,9 +465,9 @@ def residual_constant(problem) -> float:
 # one compiled program per problem (a Problem is a static argument: hashed by identity)
 @eqx.filter_jit
 def evaluate_llh(problem, theta):
-    """(log-likelihood, log-prior) at natural θ."""
-    nll, prior = negative_log_likelihood(problem, theta)
-    return -nll, -prior
+    """(log-likelihood, log-prior, `smallest_logged`) at natural θ."""
+    nll, prior, smallest = likelihood_and_smallest(problem, theta)
+    return -nll, -prior, smallest
 
 
 # `problem.log_likelihood` called outside `jit` (a user's loop, finite differences, `jax.grad`
