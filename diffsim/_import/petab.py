@@ -456,8 +456,8 @@ class _Builder:
         """A placeholder (`observableParameter<i>_<id>`, `noiseParameter<i>_<id>`) belongs to
         the observable of its name, whose measurements give its values; one of another
         observable (a formula copied from it) or of none would be given by no row."""
-        if name in self.parameter_ids:
-            return  # the parameter table defines it: an ordinary parameter
+        if name in self.parameter_ids or name in self.model.params:
+            return  # the parameter table or the model defines it: an ordinary parameter
         match = re.fullmatch(r"(?:observable|noise)Parameter\d+_(.+)", name)
         if match is None or match.group(1) != oid:
             owner = match.group(1) if match else None

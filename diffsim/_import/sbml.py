@@ -670,12 +670,14 @@ def _derived_by_initial_assignment(model, math_of, source, params, states, chang
         if symbol in changed:
             _refuse(source, f"the initial assignment of {symbol}, which {changed[symbol]} sets")
         expr = math_of(ia.getMath(), f"initial assignment of {symbol}")
-        dynamic = _reads_dynamics(expr, rules, states)
+        dynamic = _reads_dynamics(expr, rules, states | set(changed))
         if dynamic:
+            # computed wherever read, it would follow what the state or an event does later
             _refuse(
                 source,
                 f"the initial assignment of parameter {symbol}, which reads {dynamic} (an "
-                "initial assignment of a parameter or compartment that reads the state)",
+                "initial assignment of a parameter or compartment that reads the state or "
+                "what an event changes)",
             )
         derived[symbol] = expr
     return derived
