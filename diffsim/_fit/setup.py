@@ -16,12 +16,7 @@ from .._events import as_events, Event
 from .._integrate.simulate import check_state_shape
 from .._model import AbstractODE, check_model
 from .._paths import floating_names, get, path_of
-from .._solver.adaptive import (
-    AbstractAdaptiveSolver,
-    Tsit5,
-    warn_unresolved_tolerance,
-    working_tolerances,
-)
+from .._solver.adaptive import Tsit5, warn_unresolved_tolerance, working_tolerances
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     as_state,
@@ -126,8 +121,7 @@ def assemble(spec: FitSpec) -> FitSetup:
     solver = spec.solver
     if solver is None:  # Tsit5(rtol=1e-8, atol=1e-8), loosened to what the state's type resolves
         solver = Tsit5(*working_tolerances(1e-8, 1e-8, dtype))
-    elif isinstance(solver, AbstractAdaptiveSolver):
-        # as `ds.simulate` warns; the fit's solves are traced inside its program, once
+    else:  # as `ds.simulate` warns (of adaptive solvers); the fit's solves are traced once
         warn_unresolved_tolerance(solver, dtype)
     unknowns = _unknowns(spec, y0)
     observed = _observations(spec, data, y0)
