@@ -145,6 +145,54 @@ def test_lean_loop_takes_diffraxs_steps(solver_cls, n_times):
     np.testing.assert_allclose(lean.ys, reference.ys, rtol=1e-8, atol=1e-8)
 
 
+def test_a_field_costly_to_compile_takes_its_stages_in_a_loop(monkeypatch):
+    """A neural vector field (an MLP of 1,218 weights) is stepped with its stages in a loop
+    (one copy of the network in the compiled step, `erk_loop.is_costly`): the same accepted
+    and rejected steps as diffrax's own loop and the written-out stages, the same values to
+    round-off, and the same gradient for every weight."""
+    import equinox as eqx
+    import jax
+
+    from diffsim._integrate import erk_loop
+
+    class Hybrid(ds.AbstractODE):
+        net: eqx.nn.MLP
+
+        def vector_field(self, t, y, args=None):
+            return jnp.stack([y[1], -y[0]]) + 0.1 * self.net(y)
+
+    net = eqx.nn.MLP(2, 2, 32, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    model = Hybrid(net)  # float64, as every test here
+    y0, ts = jnp.array([1.0, 0.0]), jnp.linspace(0.0, 3.0, 7)
+    assert erk_loop.is_costly(model.vector_field, y0)
+    assert not erk_loop.is_costly(models.Lorenz().vector_field, jnp.ones(3))
+    # a wide network runs its stages written out (its run time outweighs the compile time)
+    wide = Hybrid(eqx.nn.MLP(2, 2, 200, 2, key=jax.random.PRNGKey(1)))
+    assert not erk_loop.is_costly(wide.vector_field, y0)
+    solver = ds.Tsit5(rtol=1e-8, atol=1e-8)
+
+    def loss(net):
+        ys = ds.simulate(eqx.tree_at(lambda m: m.net, model, net), y0, ts, solver=solver).ys
+        return jnp.sum(ys**2)
+
+    params, static = eqx.partition(model.net, eqx.is_array)
+    gradient = jax.grad(lambda p: loss(eqx.combine(p, static)))
+    looped = ds.simulate(model, y0, ts, solver=solver)
+    looped_gradient = gradient(params)
+    reference = ds.simulate(model, y0, ts, solver=solver, adjoint="checkpoint")
+    monkeypatch.setattr(erk_loop, "COSTLY_MATRIX", (10**8, 10**9))  # the stages written out
+    assert not erk_loop.is_costly(model.vector_field, y0)
+    written = ds.simulate(model, y0, ts, solver=solver)
+    written_gradient = gradient(params)
+    for stat in ("num_steps", "num_rejected_steps"):
+        assert int(looped.stats[stat]) == int(reference.stats[stat]) == int(written.stats[stat])
+    # ~40 steps of 6 stages: the stages' sums taken in another order move the last bits
+    np.testing.assert_allclose(looped.ys, reference.ys, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(looped.ys, written.ys, rtol=1e-12, atol=1e-12)
+    for a, b in zip(jax.tree.leaves(looped_gradient), jax.tree.leaves(written_gradient)):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
 def test_lean_loop_under_vmap_matches_each_member_alone():
     import jax
 

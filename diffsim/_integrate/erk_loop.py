@@ -19,6 +19,8 @@ Tsit5 under vmap").
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jax_core
 
 from .._solver.tableau import ButcherTableau, combine
 from .adaptive_loop import Attempt, Method, run
@@ -31,7 +33,56 @@ class ExplicitPair(Method):
     inner: diffrax.AbstractERK
 
     def stepper(self, model, y0):
-        return _PairStepper(self.inner, model.vector_field)
+        stepper = _PairStepper(self.inner, model.vector_field)
+        stepper.loop_stages = is_costly(model.vector_field, y0)
+        return stepper
+
+
+# A vector field costly to compile has its stages taken by a loop (`_looped_stages`): one copy of
+# it in the compiled step instead of one a stage, at a run-time price. Measured (one process
+# each, this project's 2-core CPU, Tsit5):
+#   - experiments/bench/hybrid.py's UDE gradient (an MLP inside Lotka–Volterra): compile
+#     6.0 → 3.6 s at 1e3 weights, 4.4 → 3.4 s at 1e4; run (interleaved medians) 1.01 → 1.07 ms
+#     and 1.21 → 1.64 ms, and 3.6 → 4.8 ms at 1e5 weights. The loop costs ~1.3× the run time
+#     whatever the width (the weights' cotangent is summed stage by stage), so the compile time
+#     it saves (1.5–2.5 s) pays for it up to ~30,000 gradients at 1e3 weights, ~4,000 at 1e4,
+#     ~1,500 at 1e5: matrices up to COSTLY_MATRIX[1] entries (a 128-wide layer) take the loop.
+#   - Zheng's SBML model (15 states, 536 operations): compile of a 46-parameter gradient
+#     37.3 → 9.5 s (run 850 → 741 ms), of the solve 3.1 → 1.6 s (run 56 → 121 ms).
+#   - a 3-state Lorenz system: compiles no faster, runs 1.8× slower (under vmap and
+#     differentiated): small fields keep their stages written out.
+COSTLY_MATRIX = (256, 16384)  # [lower, upper) entries of a matrix in a product
+COSTLY_OPERATIONS = 400
+
+
+def is_costly(vector_field, y0) -> bool:
+    """Whether `vector_field(t, y)` at states like y0 is costly to compile (see above): a
+    matrix product with a matrix in `COSTLY_MATRIX` (a neural network's layer), or at least
+    `COSTLY_OPERATIONS` operations. One extra trace of the field, no compilation."""
+    t = jax.ShapeDtypeStruct((), jnp.result_type(float))
+    y = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), y0)
+    jaxpr = jax.make_jaxpr(vector_field)(t, y).jaxpr
+    operations, largest = 0, 0
+    for eqn in _equations(jaxpr):
+        operations += 1
+        if eqn.primitive.name in ("dot_general", "conv_general_dilated"):
+            sizes = sorted(int(np.prod(v.aval.shape)) for v in eqn.invars)
+            if sizes[0] > 1:  # not a scaling by a scalar
+                largest = max(largest, sizes[-1])
+    if largest >= COSTLY_MATRIX[1]:
+        return False
+    return largest >= COSTLY_MATRIX[0] or operations >= COSTLY_OPERATIONS
+
+
+def _equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(inner, jax_core.ClosedJaxpr):
+                    yield from _equations(inner.jaxpr)
+                elif isinstance(inner, jax_core.Jaxpr):
+                    yield from _equations(inner)
 
 
 # the degree + 1 of each pair's interpolant in θ (Tsit5's and Dopri5's are quartic, Dopri8's of
@@ -40,6 +91,8 @@ _DENSE_NODES = {diffrax.Tsit5: 5, diffrax.Dopri5: 5, diffrax.Dopri8: 8}
 
 
 class _PairStepper:
+    loop_stages = False  # whether the stages are taken by a loop (`is_costly`)
+
     def __init__(self, inner, vector_field):
         self.inner, self.vector_field = inner, vector_field
         self.tableau = ButcherTableau.from_diffrax(inner.tableau)
@@ -57,9 +110,12 @@ class _PairStepper:
         # stages as increments combined with unit weight, y + Σ a·(h f), as diffrax combines
         # them (scaling the sum by h instead moves accept decisions that sit at round-off, in
         # float32 near its epsilon, off diffrax's)
-        ks = [scale_tree(h, f_y)]
-        for c, a in zip(tableau.c[1:], tableau.a):
-            ks.append(scale_tree(h, vector_field(t + c * h, combine(y, 1, a, ks))))
+        if self.loop_stages:
+            ks = _looped_stages(tableau, vector_field, t, h, y, f_y)
+        else:
+            ks = [scale_tree(h, f_y)]
+            for c, a in zip(tableau.c[1:], tableau.a):
+                ks.append(scale_tree(h, vector_field(t + c * h, combine(y, 1, a, ks))))
         y1 = combine(y, 1, tableau.b, ks)
         error = combine(jax.tree.map(jnp.zeros_like, y), 1, tableau.b_error, ks)
         # the last stage of an FSAL pair is the vector field at y1
@@ -73,6 +129,31 @@ class _PairStepper:
         return Attempt(y1, error, evaluate, f_y1)
 
 
+def _looped_stages(tableau, vector_field, t, h, y, f_y) -> list:
+    """The stages h·f of one step as `attempt` writes them out, taken by a `lax.scan` over
+    the stages instead (one copy of the vector field in the compiled step; a loop that JAX
+    differentiates in every mode), each stage's state from the lower triangle of the tableau
+    as a row over every stage (the stages not reached yet are zeros there)."""
+    stages = len(tableau.c)
+    rows = np.zeros((stages - 1, stages))
+    for i, row in enumerate(tableau.a):
+        rows[i, : len(row)] = row
+    k0 = scale_tree(h, f_y)
+    buffer = jax.tree.map(lambda k: jnp.zeros((stages,) + k.shape, k.dtype).at[0].set(k), k0)
+
+    def stage(buffer, inputs):
+        i, c, row = inputs
+        y_i = jax.tree.map(
+            lambda y_leaf, ks: y_leaf + jnp.tensordot(row.astype(ks.dtype), ks, axes=1), y, buffer
+        )
+        k = scale_tree(h, vector_field(t + c * h, y_i))
+        return jax.tree.map(lambda ks, k_leaf: ks.at[i].set(k_leaf), buffer, k), None
+
+    inputs = (jnp.arange(1, stages), jnp.asarray(tableau.c[1:]), jnp.asarray(rows))
+    buffer, _ = jax.lax.scan(stage, buffer, inputs)
+    return [jax.tree.map(lambda ks: ks[j], buffer) for j in range(stages)]
+
+
 def solve_erk(
     inner, vector_field, y0, ts, controls: Controls, *, max_steps: int, kind: str = "lax"
 ):
@@ -83,5 +164,6 @@ def solve_erk(
     Returns (ys, code, accepted, rejected), the fields of `adaptive._Segment`: `ys` (rows not
     reached hold inf, as diffrax's), `code` (a `RESULTS` value) and the step counts."""
     stepper = _PairStepper(inner, vector_field)
+    stepper.loop_stages = is_costly(vector_field, y0)
     out = run(stepper, None, y0, ts, controls, None, max_steps=max_steps, kind=kind)
     return out.ys, out.code, out.accepted, out.rejected
