@@ -462,11 +462,6 @@ def _build(model, source: str) -> SBMLModel:
         amount_units = species.getHasOnlySubstanceUnits()
         concentration[sid] = not amount_units
         compartment = species.getCompartment()
-        if model.getCompartment(compartment) is None:
-            raise SBMLError(
-                f"{source} is not a valid SBML file: species {sid} lies in compartment "
-                f"{compartment!r}, which the model does not define"
-            )
         species_compartment[sid] = compartment
         # (value, how the compartment's size enters): evaluated with the size the model has
         # then (a setting, an estimate), not the file's
@@ -488,7 +483,9 @@ def _build(model, source: str) -> SBMLModel:
     # initial assignments to constant parameters and compartments set their values for the
     # whole solve (SBML): they become values computed from the other parameters, as
     # assignment rules are (the file's value attribute is overridden)
-    derived = _derived_by_initial_assignment(model, math_of, source, params, set(states), changed)
+    derived = _derived_by_initial_assignment(
+        model, math_of, source, params, rules, set(states), changed
+    )
     rules.update(derived)
     for variable in derived:
         params.pop(variable)
@@ -657,11 +654,11 @@ def _reads_dynamics(expr, rules: dict, states: set) -> list[str]:
     return sorted(found)
 
 
-def _derived_by_initial_assignment(model, math_of, source, params, states, changed) -> dict:
+def _derived_by_initial_assignment(model, math_of, source, params, rules, states, changed) -> dict:
     """id -> expression of each parameter and compartment an initial assignment sets: its
     value for the whole solve, from the other parameters (SBML evaluates it once, at the
-    start, where the parameters it reads have their values)."""
-    rules = {r.getVariable(): math_of(r.getMath(), "") for r in model.getListOfRules()}
+    start, where the parameters it reads have their values). `rules`: the assignment rules
+    (a rate rule's variable is one of the `states`)."""
     derived = {}
     for ia in model.getListOfInitialAssignments():
         symbol = ia.getSymbol()
