@@ -186,6 +186,39 @@ def test_laplace_noise_finds_the_median_and_the_mean_absolute_deviation():
     assert result.params["b"] == pytest.approx(np.mean(np.abs(measured - median)), rel=1e-4)
 
 
+def test_a_fit_ending_on_a_plateau_says_so():
+    """Two decays with Laplace noise, the treated one's rate started at 0.1: BFGS runs it up
+    to ~43, where the treated decay is gone before the first measurement and the likelihood
+    is flat (llh −3.19 against 24.27 at the optimum near k_treated = 1), and stops
+    "converged". Its standard error there (4e6 decades) exceeds its bounds' 5 decades: the
+    fit warns of a plateau."""
+    rng = np.random.default_rng(9)
+    ts = np.linspace(0.5, 4.0, 8)
+    control = np.exp(-0.4 * ts) * np.exp(0.12 * rng.normal(size=8))
+    treated = 2.0 * np.exp(-0.9 * ts) * np.exp(0.12 * rng.normal(size=8))
+    problem = ds.Problem(
+        DECAY,
+        [
+            ds.Experiment(_long(ts, "A", control), y0=jnp.array([1.0]), name="control"),
+            ds.Experiment(
+                _long(ts, "A", treated), y0=jnp.array([2.0]), set={"k": "k_treated"}
+            ),
+        ],
+        {"A": ds.Observable(lambda t, y, p: y[0], noise="laplace", sigma="sigma")},
+        {
+            "k": ds.Unknown(0.1, bounds=(1e-3, 1e2), scale="log10"),
+            "k_treated": ds.Unknown(0.1, bounds=(1e-3, 1e2), scale="log10"),
+            "sigma": ds.Unknown(0.5, bounds=(1e-3, 10), scale="log10"),
+        },
+    )
+    with pytest.warns(ds.FitWarning, match=r"k_treated \(4.*against 5\).*plateau"):
+        result = ds.fit(problem, progress=False)
+    assert result.params["k_treated"] > 10
+    # the optimum (a Nelder–Mead search on the llh from there): far above the plateau
+    optimum = {"k": 0.385240, "k_treated": 0.994644, "sigma": 0.040365}
+    assert problem.llh(optimum) > result.llh + 25
+
+
 def test_a_pure_scaling_factor_is_set_in_closed_form():
     """y = s·x with s an unknown that only scales (found by `Tables.scalings`): one closed-form
     step from any s gives the weighted least-squares s = Σ h m/σ² / Σ h²/σ² (here the truth, 3,
@@ -242,6 +275,29 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
         for k, _ in ds.Problem(model, [fixed], offset.observables, offset.unknowns).tables.scalings
     ] == ["s"]
     assert not study(lambda t, y, p: p["s"] * y[0] + t).tables.scalings
+    # a factor or a σ that the initial state also reads reaches the model: neither is set in
+    # closed form (read as a pure σ, it took a fit started at its optimum, llh 22.09, to −9.07)
+    reads_s = ds.Problem(
+        model,
+        [ds.Experiment(data, y0=lambda p: jnp.stack([p["s"]]))],
+        {"A": ds.Observable(lambda t, y, p: p["s"] * y[0], sigma="sd")},
+        {
+            "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
+            "s": ds.Unknown(0.7, bounds=(1e-3, 1e3), scale="log10"),
+            "sd": ds.Unknown(0.1, bounds=(1e-3, 1.0), scale="log10"),
+        },
+    )
+    assert not reads_s.tables.scalings and reads_s.tables.noise
+    reads_sd = ds.Problem(
+        model,
+        [ds.Experiment(data, y0=lambda p: jnp.stack([p["sd"] * 100]))],
+        {"A": ds.Observable(lambda t, y, p: y[0], sigma="sd")},
+        {
+            "k": ds.Unknown(0.2, bounds=(1e-3, 1e2), scale="log10"),
+            "sd": ds.Unknown(0.1, bounds=(1e-3, 1.0), scale="log10"),
+        },
+    )
+    assert not reads_sd.tables.noise
     # with a prior the closed form (which ignores it) is not used: s is fitted with the rest
     import numpyro.distributions as dist
 

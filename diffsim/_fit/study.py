@@ -1052,24 +1052,26 @@ def _named_by_experiments(problem: Problem) -> set:
 
 
 def _set_by_experiments(problem: Problem) -> set:
-    """The parameters an experiment (or its pre-equilibration) sets, and the unknowns it sets
-    them to: neither can be a pure σ or scaling (they reach the model)."""
+    """The parameters an experiment (or its pre-equilibration) sets, the unknowns it sets
+    them to, and those its initial-state function or a change's function reads: none can be
+    a pure σ or scaling (they reach the model's states)."""
     referenced = _named_by_experiments(problem)
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
     functions = [
-        fn
+        (lambda p, fn=fn: fn(y, p))
         for changes in problem.changes
         for c in changes
         for fn in c.states.values()
         if callable(fn)
     ]
+    functions += [e.y0 for e in problem.experiments if callable(e.y0)]
     if functions:
         from .._model import output_depends_on
 
         for name in problem.names:
             if any(
-                output_depends_on(lambda v, fn=fn: fn(y, {**base, name: v}), (base[name],), 0)
+                output_depends_on(lambda v, fn=fn: fn({**base, name: v}), (base[name],), 0)
                 for fn in functions
             ):
                 referenced.add(name)

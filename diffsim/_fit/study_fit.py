@@ -546,6 +546,9 @@ def _result(
     equal = equal_optima_note(scaled, same, best, stderr_array, names)
     if equal:
         notes.append(equal)
+    loose = _looser_than_bounds(names, stderr_array, width)
+    if loose:
+        notes.append(loose)
     on_bound = [n for i, n in enumerate(names) if touches[i]]
     if on_bound:
         notes.append(
@@ -609,6 +612,25 @@ def _result(
     for note in notes:
         warn(note, FitWarning)
     return result
+
+
+def _looser_than_bounds(names, stderr, width) -> str | None:
+    """The note for unknowns whose (finite) standard error exceeds the whole width of their
+    bounds on their scale: the data barely see them there, which at a "converged" optimum
+    usually means a plateau (a rate so fast that what it drives is gone before the first
+    measurement), not a determined value."""
+    loose = [
+        f"{name} ({error:.3g} against {span:.3g})"
+        for name, error, span in zip(names, stderr, width)
+        if np.isfinite(error) and np.isfinite(span) and error > span
+    ]
+    if not loose:
+        return None
+    return (
+        f"the standard errors of {', '.join(loose)} on their scales exceed the width of their "
+        "bounds: the data barely determine them here, which may be a plateau away from the "
+        "optimum; fit from more starts (e.g. starts=20) and compare"
+    )
 
 
 def _inverse(information, names, notes):
