@@ -200,9 +200,7 @@ def test_a_fit_ending_on_a_plateau_says_so():
         DECAY,
         [
             ds.Experiment(_long(ts, "A", control), y0=jnp.array([1.0]), name="control"),
-            ds.Experiment(
-                _long(ts, "A", treated), y0=jnp.array([2.0]), set={"k": "k_treated"}
-            ),
+            ds.Experiment(_long(ts, "A", treated), y0=jnp.array([2.0]), set={"k": "k_treated"}),
         ],
         {"A": ds.Observable(lambda t, y, p: y[0], noise="laplace", sigma="sigma")},
         {
