@@ -380,6 +380,9 @@ def test_bad_studies_are_refused_with_what_to_do():
         )
     with pytest.raises(ValueError, match="precedes its t0 = 2"):
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=2.0)])
+    text = {"time": [1.0, 2.0], "observable": ["y", "y"], "value": [0.5, "n/a"]}
+    with pytest.raises(ValueError, match="its value column holds 'n/a' at row 1, which is no"):
+        problem(experiments=[ds.Experiment(text, y0=jnp.array([1.0]))])
     with pytest.raises(TypeError, match="takes fixed steps: use ds.Rodas5P"):
         problem(solver=ds.RK4())
     with pytest.raises(ValueError, match="a value on a log scale must be positive"):

@@ -83,8 +83,8 @@ def profile(
     - `result`: a `ds.FitResult` from `ds.fit`.
     - `name`: one of `result.names`.
     - `points`: how many values to profile (odd counts include the estimate itself).
-    - `span`: the values run over estimate ± span × standard error (clipped to the bounds), or
-      over `range=(low, high)` when given.
+    - `span`: the values run over estimate ± span × standard error, or over `range=(low, high)`
+      when given; either is clipped to the unknown's bounds (a fit cannot leave them).
     - `level`: confidence level (default: the fit's).
 
     **Returns:** a `ds.Profile` with the likelihood-based `interval`.

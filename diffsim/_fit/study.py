@@ -633,6 +633,23 @@ def require_estimated(problem: "Problem", call: str) -> None:
 # --- measurements in long form -------------------------------------------------------------------
 
 
+def _numbers(column, label: str, name: str) -> np.ndarray:
+    """A data column as float64, or an error naming the experiment, column and row of the
+    first cell that is no number."""
+    try:
+        return np.asarray(column, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        for row, cell in enumerate(np.asarray(column, dtype=object).ravel()):
+            try:
+                float(cell)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{label}: its {name} column holds {cell!r} at row {row}, which is no "
+                    "number (mark a missing value with NaN)"
+                ) from None
+        raise
+
+
 def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
     names = list(observables)
     data = experiment.data
@@ -671,8 +688,7 @@ def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
     missing = [c for c in ("time", "observable", "value") if c not in table]
     if missing:
         raise ValueError(f"{label}: its data have no column {missing} (it has {list(table)})")
-    time = np.asarray(table["time"], dtype=np.float64).ravel()
-    value = np.asarray(table["value"], dtype=np.float64).ravel()
+    time, value = (_numbers(table[c], label, c) for c in ("time", "value"))
     observable = np.asarray(table["observable"], dtype=object).ravel()
     if not len(time) == len(value) == len(observable):
         raise ValueError(f"{label}: the columns time, observable and value differ in length")

@@ -46,7 +46,8 @@ def profile(
     - `name`: one of `result.names`.
     - `points`: how many values to profile (odd counts include the estimate itself).
     - `span`: the values run over estimate ± span × standard error (on the unknown's scale for
-      a study; clipped to the bounds), or over `range=(low, high)` (natural values) when given.
+      a study), or over `range=(low, high)` (natural values) when given; either is clipped to
+      the unknown's bounds (a fit cannot leave them).
     - `level`: confidence level (default: the fit's).
 
     **Returns:** a `ds.Profile` with the likelihood-based `interval`.
