@@ -206,6 +206,11 @@ def test_nonfinite_parameter_set_after_construction():
     broken = eqx.tree_at(lambda m: m.gravity, PENDULUM, jnp.asarray(jnp.inf))  # skips __init__
     with pytest.raises(ValueError, match=r"non-finite parameter\(s\) \.gravity"):
         ds.simulate(broken, Y0, TS, solver=ds.RK4(), dt=0.01)
+    # throw=False: nothing raises, eagerly as under jit; the result says why
+    for model, y0 in ((broken, Y0), (PENDULUM, Y0.at[0].set(jnp.nan))):
+        solution = ds.simulate(model, y0, TS, solver=ds.Tsit5(), throw=False)
+        assert int(solution.result) == ds.RESULTS.invalid_input
+        assert not np.isfinite(np.asarray(solution.ys)).any()
 
 
 def test_vector_field_that_changes_dtype():

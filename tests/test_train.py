@@ -126,6 +126,8 @@ def test_bad_training_requests_are_refused_with_what_to_do():
         ds.train(train, "net", validation="held out", progress=False)
     with pytest.raises(ValueError, match="networks='net'"):
         ds.train(train, [], progress=False)
+    with pytest.raises(TypeError, match="a name or a list of names .* got a MLP"):
+        ds.train(train, train.model.net, progress=False)
     # arrays training cannot move, or that make every solve fail, are named
     net = train.model.net
     as_int = eqx.tree_at(lambda n: n.layers[0].weight, net, net.layers[0].weight.astype(int))

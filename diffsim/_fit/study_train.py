@@ -403,7 +403,12 @@ def _llh_with(problem, theta, model):
 
 
 def _network_paths(model, networks) -> list:
-    names = [networks] if isinstance(networks, str) else list(networks or [])
+    if not isinstance(networks, (str, list, tuple)):
+        raise TypeError(
+            f"ds.train: networks must be a name or a list of names of the model's networks "
+            f"(e.g. 'net' for a field net), got a {type(networks).__name__}"
+        )
+    names = [networks] if isinstance(networks, str) else list(networks)
     if not names:
         raise ValueError("ds.train: name the networks to train, e.g. networks='net'")
     paths = []

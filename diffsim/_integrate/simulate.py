@@ -227,7 +227,8 @@ def simulate(
     ts = ts if is_traced(ts) or isinstance(ts, jax.Array) else to_device(host_ts)
     y0 = jax.tree.map(as_state_leaf, as_state(y0))
     dtype = real_dtype(y0)
-    _check_finite_inputs(model, y0)
+    if throw:  # with throw=False a non-finite input flags `result` (invalid_input), as under jit
+        _check_finite_inputs(model, y0)
     check_ts(host_ts, dtype)
     model = cast_floats(model, dtype)
     times = ts.astype(dtype)
@@ -531,7 +532,8 @@ def _check_state(model, y0, t0) -> None:
     ):
         raise ValueError(
             f"y0 does not fit {name}: for a state of shape {describe(y0)} its vector_field "
-            f"returns {describe(out)}; pass y0 with the model's state shape"
+            f"returns {describe(out)}: y0 must have the model's state shape, and the vector "
+            "field must return that shape too (a network's output size, a stacked list)"
         )
     for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0)):
         if a.dtype != b.dtype:
