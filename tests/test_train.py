@@ -128,6 +128,14 @@ def test_bad_training_requests_are_refused_with_what_to_do():
         ds.train(train, [], progress=False)
     with pytest.raises(TypeError, match="a name or a list of names .* got a MLP"):
         ds.train(train, train.model.net, progress=False)
+    # a network as an unknown of the problem: one number cannot stand for it
+    with pytest.raises(ValueError, match=r"unknowns \['net'\] name networks.*ds.train"):
+        ds.Problem(
+            train.model,
+            train.experiments,
+            train.observables,
+            {**train.unknowns, "net": ds.Unknown(0.0)},
+        )
     # arrays training cannot move, or that make every solve fail, are named
     net = train.model.net
     as_int = eqx.tree_at(lambda n: n.layers[0].weight, net, net.layers[0].weight.astype(int))

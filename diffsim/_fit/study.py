@@ -27,6 +27,8 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -937,7 +939,6 @@ def _inputs_read(fn, args: tuple, where: str, problem: Problem):
     """(the names of `p` that `fn(*args, p)` reads, its output's shape), traced abstractly
     (nothing computed); `p` holds every parameter of the study. A name `p` lacks is refused
     naming `where`."""
-    import jax
     from jax.extend.core import Var  # literals (constants) are not
 
     dtype = jnp.result_type(float)
@@ -965,8 +966,6 @@ def _check_functions(problem: Problem) -> None:
     reading only parameters the study has; no σ fixed at a value ≤ 0; and a warning for each
     estimated unknown nothing reads (a typo in its name would leave it without any effect:
     its fit would "converge" anywhere)."""
-    import jax
-
     dtype = jnp.result_type(float)
     read = set(problem.model_parameters) | _named_by_experiments(problem)
     for rows in problem.rows:
@@ -1008,6 +1007,13 @@ def _check_functions(problem: Problem) -> None:
                 if callable(fn):
                     read |= _inputs_read(fn, (y,), "a change", problem)[0]
     unread = [n for n in problem.names if n not in read]
+    networks = [n for n in unread if _holds_arrays(getattr(problem.model, n, None))]
+    if networks:
+        raise ValueError(
+            f"unknowns {networks} name networks of {type(problem.model).__name__}: an unknown "
+            "is one number; train a network with ds.train(problem, "
+            f"{networks[0]!r}) (docs/howto/hybrid-models.md)"
+        )
     if unread:
         # a warning, not an error: one set of unknowns may serve studies of some experiments
         warn(
@@ -1018,6 +1024,15 @@ def _check_functions(problem: Problem) -> None:
             "change the likelihood, and a fit leaves them where they start"
         )
     _check_fixed_sigmas(problem)
+
+
+def _holds_arrays(value) -> bool:
+    """A module holding arrays (a network), not one array or number."""
+    return (
+        value is not None
+        and not eqx.is_array(value)
+        and bool(jax.tree.leaves(eqx.filter(value, eqx.is_array)))
+    )
 
 
 def _check_fixed_sigmas(problem: Problem) -> None:
@@ -1275,8 +1290,6 @@ def state_shape(problem: Problem, base: dict | None = None) -> tuple[int, ...]:
     parameters evaluated abstractly, at `base`, default their base values)."""
     experiment = problem.experiments[0]
     if callable(experiment.y0):
-        import jax
-
         base = _base_values(problem) if base is None else base
         return tuple(jax.eval_shape(experiment.y0, base).shape)
     return np.shape(np.asarray(experiment.y0))
