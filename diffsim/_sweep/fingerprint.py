@@ -32,6 +32,10 @@ def sweep_config(axes: Axes, spec: MemberSpec, plan: ChunkPlan) -> dict:
     return {
         "kind": axes.kind,
         "axes": {name: describe(v) for name, v in axes.values.items()},
+        # the axes' order sets the layout of the stored arrays; the digest's JSON sorts dict
+        # keys, so without this a resume with the axes given in another order (of the same
+        # shape) wrote its chunks transposed into the store
+        "axis_order": list(axes.values),
         "model": describe(spec.model),
         "y0": describe(spec.flat_y0),
         "ts": describe(spec.ts),

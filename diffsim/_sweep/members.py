@@ -108,6 +108,8 @@ class MemberSpec:
         _check_key(key, solver, axes, is_factory)
         reduce_fn, known_dims, reduce_name = resolve_reduce(reduce)
         parameters, components, whole = _split_names(axes.names)
+        for name in tuple(components) + (("y0",) if whole else ()):
+            _check_finite(name, axes.values[name])  # as the parameters' axes are
         flat_y0, unravel, dtype, y0_structure = _initial_state(y0, axes, whole, components)
         spec = cls(
             model=model,

@@ -279,14 +279,30 @@ def check_matches(path: str, config: dict) -> None:
         ) from None
     if not isinstance(stored, dict):
         stored = {}
-    differing = sorted(k for k in set(stored) | set(config) if stored.get(k) != config.get(k))
     details = "; ".join(
-        f"{k}: stored {_clip(stored.get(k))}, now {_clip(config.get(k))}" for k in differing
+        f"{where}: stored {_clip(old)}, now {_clip(new)}"
+        for where, old, new in _differences(stored, config)
     )
     raise SweepStoreError(
         f"the store {path!r} was written by a different sweep, so resuming would mix results. "
         f"Differences: {details}. Use a new store path, or delete the old store to start over."
     )
+
+
+def _differences(stored, now, where: str = "", limit: int = 8) -> list:
+    """(path, stored value, new value) of what differs, at the deepest level where it does (a
+    changed axis is named by its path, e.g. `axes.omega.sha256`, not by two configs clipped
+    at the same prefix)."""
+    if isinstance(stored, dict) and isinstance(now, dict):
+        found = []
+        for key in sorted(set(stored) | set(now)):
+            path = f"{where}.{key}" if where else str(key)
+            if key not in stored or key not in now:
+                found.append((path, stored.get(key, "(none)"), now.get(key, "(none)")))
+            elif stored[key] != now[key]:
+                found += _differences(stored[key], now[key], path, limit)
+        return found[:limit]
+    return [(where or "config", stored, now)]
 
 
 def _clip(value, limit: int = 160) -> str:
