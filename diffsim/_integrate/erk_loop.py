@@ -149,7 +149,9 @@ def _looped_stages(tableau, vector_field, t, h, y, f_y) -> list:
         k = scale_tree(h, vector_field(t + c * h, y_i))
         return jax.tree.map(lambda ks, k_leaf: ks.at[i].set(k_leaf), buffer, k), None
 
-    inputs = (jnp.arange(1, stages), jnp.asarray(tableau.c[1:]), jnp.asarray(rows))
+    # the nodes in the time's dtype, as the written-out stages' Python floats keep it
+    nodes = jnp.asarray(tableau.c[1:], jnp.result_type(t))
+    inputs = (jnp.arange(1, stages), nodes, jnp.asarray(rows))
     buffer, _ = jax.lax.scan(stage, buffer, inputs)
     return [jax.tree.map(lambda ks: ks[j], buffer) for j in range(stages)]
 
