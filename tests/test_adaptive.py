@@ -189,6 +189,8 @@ def test_a_field_costly_to_compile_takes_its_stages_in_a_loop(monkeypatch):
     # ~40 steps of 6 stages: the stages' sums taken in another order move the last bits
     np.testing.assert_allclose(looped.ys, reference.ys, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(looped.ys, written.ys, rtol=1e-12, atol=1e-12)
+    # the same steps, so the gradients differ by round-off only, carried through the reverse
+    # pass's ~40 steps and summed over 1,218 weights: well below 1e-9 relative
     for a, b in zip(jax.tree.leaves(looped_gradient), jax.tree.leaves(written_gradient)):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
