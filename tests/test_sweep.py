@@ -5,6 +5,7 @@ Equality here is exact (`np.array_equal`): a member's computation is the same pr
 batch it runs in, so any difference would be a bug in how members are assembled or stored.
 """
 
+import json
 import os
 import signal
 import socket
@@ -202,6 +203,10 @@ def test_store_resumes_only_missing_chunks(tmp_path):
     for name in ("max_abs", "result", "num_steps", "length", "damping"):
         np.testing.assert_array_equal(resumed[name].values, full[name].values)
     assert resumed.attrs["sweep_config"] == full.attrs["sweep_config"]
+    # the resume's provenance is recorded beside the creation's: 5 chunks, 3 finished before
+    (run,) = json.loads(resumed.attrs["resumes"])
+    assert run["chunks_done_before"] == 3
+    assert run["device_count"] == resumed.attrs["device_count"]
 
 
 def test_store_written_by_another_sweep_refuses_to_resume(tmp_path):

@@ -91,6 +91,10 @@ class ZarrSink(AbstractSink):
         self.path = path
         self.group = _store.open_group(path)
         self.done = _store.done_chunks(path)
+        if exists and process_id == 0:
+            # the creation's provenance stays; each resume adds what ran it (another machine,
+            # device count or commit may finish a store another started)
+            _store.record_resume(self.group, attrs, len(self.done))
 
     def write(self, chunk, region, outputs) -> None:
         _store.write_chunk(self.path, self.group, region, outputs, chunk)

@@ -123,6 +123,27 @@ def provenance() -> dict:
     }
 
 
+_PROVENANCE_KEYS = (
+    "git_commit",
+    "package_versions",
+    "device_kind",
+    "device_count",
+    "process_count",
+)
+
+
+def record_resume(group, attrs: dict, chunks_done: int) -> None:
+    """Append this run's provenance (`_PROVENANCE_KEYS` of `attrs`), the time and the count of
+    chunks already finished to the store's `resumes` attribute (a JSON list, oldest first)."""
+    import datetime
+
+    runs = json.loads(group.attrs.get("resumes", "[]"))
+    run = {key: attrs[key] for key in _PROVENANCE_KEYS}
+    run["started"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    run["chunks_done_before"] = chunks_done
+    group.attrs["resumes"] = json.dumps(runs + [run], sort_keys=True)
+
+
 def create(path: str, variables: list[Variable], attrs: dict) -> None:
     """Create the store at `path` with every variable allocated (unwritten chunks read as their
     fill value) and the coordinates written. Built in a temporary folder and renamed into place,
