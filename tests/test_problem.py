@@ -401,6 +401,11 @@ def test_bad_studies_are_refused_with_what_to_do():
         ds.fit(fixed)
     with pytest.raises(TypeError, match=r"ds.fit\(problem\) takes its model, data.*\['y0'\]"):
         ds.fit(problem(), jnp.ones(1))
+    # a σ no parameter value mends (a function of the state that is negative): refused after
+    # the screen, with the reason, instead of starts that end where they began
+    negative = {"y": ds.Observable(lambda t, y, p: y[0], sigma=lambda t, y, p: -0.1 + 0 * y[0])}
+    with pytest.raises(ValueError, match=r"none of the 64 screened.*σ = -0.1: a noise level must"):
+        ds.fit(problem(observables=negative, unknowns={"k": unknowns["k"]}))
 
 
 def test_bounded_levenberg_marquardt_matches_scipy_with_active_bounds():

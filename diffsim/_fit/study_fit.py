@@ -269,6 +269,8 @@ def fit_problem(
     if candidates.shape[0] > count:
         losses = _timed(_screen, timings, problem, candidates)
         screened = np.where(np.isfinite(losses), losses, np.inf)
+        if not np.isfinite(screened).any():
+            _no_likelihood_anywhere(problem, tables, np.asarray(candidates))
         chosen = candidates[np.argsort(screened, kind="stable")[:count]]
     else:
         chosen = candidates
@@ -381,6 +383,18 @@ def _typed(key):
 def _scaled_residuals(problem: Problem):
     tables = problem.tables
     return lambda scaled: residuals(problem, to_natural_values(scaled, tables.scales))
+
+
+def _no_likelihood_anywhere(problem: Problem, tables, candidates) -> None:
+    """Raise where no screened point has a log-likelihood: every start would end where it
+    began, so the reason (at the first point, the starting guess) is the user's to mend."""
+    natural = natural_on_host(candidates[0], tables.scales)
+    params = {n: float(natural[i]) for i, n in enumerate(problem.names)}
+    why = problem.why_not_finite(params) or "the objective is not finite there"
+    raise ValueError(
+        f"ds.fit: none of the {len(candidates)} screened points has a log-likelihood; at the "
+        f"starting guess {params}: {why}"
+    )
 
 
 @eqx.filter_jit
