@@ -401,6 +401,8 @@ def test_bad_studies_are_refused_with_what_to_do():
         ds.fit(fixed)
     with pytest.raises(TypeError, match=r"ds.fit\(problem\) takes its model, data.*\['y0'\]"):
         ds.fit(problem(), jnp.ones(1))
+    with pytest.raises(TypeError, match=r"observables\['y'\].sigma is called as fn\(t, y, p\)"):
+        problem(observables={"y": ds.Observable(lambda t, y, p: y[0], sigma=lambda t, y: y[0])})
     # a σ no parameter value mends (a function of the state that is negative): refused after
     # the screen, with the reason, instead of starts that end where they began
     negative = {"y": ds.Observable(lambda t, y, p: y[0], sigma=lambda t, y, p: -0.1 + 0 * y[0])}

@@ -22,6 +22,7 @@ compiled objective (`study_objective.py`) reads.
 """
 
 import dataclasses
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Mapping
@@ -935,6 +936,22 @@ def _undefined(problem: Problem, what: str) -> str:
     )
 
 
+def _check_signature(fn, count: int, where: str) -> None:
+    """`fn` takes `count` positional arguments, else a TypeError naming `where` and its call
+    (a function of another shape would fail deep inside tracing)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C function: let the call decide
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as error:
+        call = "p" if count == 1 else "t, y, p"
+        raise TypeError(
+            f"{where} is called as fn({call}), which {fn!r} does not accept ({error})"
+        ) from None
+
+
 def _inputs_read(fn, args: tuple, where: str, problem: Problem):
     """(the names of `p` that `fn(*args, p)` reads, its output's shape), traced abstractly
     (nothing computed); `p` holds every parameter of the study. A name `p` lacks is refused
@@ -944,6 +961,7 @@ def _inputs_read(fn, args: tuple, where: str, problem: Problem):
     dtype = jnp.result_type(float)
     names = sorted(problem.parameter_names)
     abstract = {n: jax.ShapeDtypeStruct((), dtype) for n in names}
+    _check_signature(fn, len(args) + 1, where)
     try:
         closed = jax.make_jaxpr(lambda args, p: fn(*args, p))(args, abstract)
     except KeyError as error:
