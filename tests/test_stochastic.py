@@ -348,3 +348,22 @@ def test_diffrax_shark_matches_ornstein_uhlenbeck_moments():
     assert abs(x.var() / variance - 1) < 4 * np.sqrt(2 / x.size)
     with pytest.raises(TypeError, match="diffrax solver"):
         ds.DiffraxSDE(ds.EulerMaruyama())
+
+
+def test_stratonovich_solvers_of_diffrax_solve_the_ito_equation():
+    """diffsim's SDEs are Itô equations; diffrax's Heun and SPaRK converge to the Stratonovich
+    solution of what they are given, so they get the drift corrected by −½ g ∂g/∂y. Pathwise
+    against GBM's exact Itô solution on the same Brownian path, with diagonal noise and with
+    general noise (the model that carries its own path): the uncorrected drift ends
+    e^{σ²/2} ≈ 1.13 times too high (a mean error of ~0.14), the corrected one within the
+    methods' O(dt) strong error (measured 7e-4 and 1.0e-3 at dt = 1/64)."""
+    gbm, dt, n = models.GeometricBrownianMotion(mu=0.1, sigma=0.5), 1 / 64, 64
+    keys = _keys(500)
+    w = jax.vmap(lambda k: _brownian(k, n, dt))(keys)[:, 0]
+    for solver in (ds.DiffraxSDE(diffrax.Heun()), ds.DiffraxSDE(diffrax.SPaRK())):
+        x = _final(gbm, solver, jnp.array([1.0]), 1.0, dt, keys)[:, 0]
+        assert float(jnp.mean(jnp.abs(x - gbm.exact(1.0, 1.0, w)))) < 0.005, solver
+    heun = ds.DiffraxSDE(diffrax.Heun())
+    y = _final(_GBMWithItsPath(), heun, jnp.array([1.0, 0.0]), 1.0, dt, keys)
+    np.testing.assert_allclose(y[:, 1], w, atol=1e-12)  # its own path, integrated exactly
+    assert float(jnp.mean(jnp.abs(y[:, 0] - gbm.exact(1.0, 1.0, y[:, 1])))) < 0.005

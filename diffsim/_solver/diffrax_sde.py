@@ -26,6 +26,12 @@ class DiffraxSDE(AbstractStochasticSolver):
     Diagonal noise needs a 1-D state (the diffusion becomes a diagonal operator); general noise
     (diffusion `y.shape + (m,)`) is a matrix times the m increments. The solver's own
     requirements on the noise (additive, commutative) are the user's to meet, as in diffrax.
+
+    diffsim's SDEs are Itô equations; a solver that converges to the Stratonovich solution
+    (diffrax's `AbstractStratonovichSolver`s: Heun, EulerHeun, ShARK, SRA1, SEA, SPaRK,
+    GeneralShARK, SlowRK, ...) is given the drift of the Stratonovich equation with the same
+    solution, f − ½ Σ_j Σ_k g_kj ∂g_ij/∂y_k (equal to f for additive noise), so every solver
+    solves the same Itô equation.
     """
 
     solver: diffrax.AbstractSolver
@@ -84,13 +90,42 @@ class DiffraxSDE(AbstractStochasticSolver):
             def diffusion(t, y, args):
                 return model.diffusion(t, y)
 
+        drift = model.drift
+        if isinstance(self.solver, diffrax.AbstractStratonovichSolver):
+            drift = _stratonovich_drift(model)
         terms = diffrax.MultiTerm(
-            diffrax.ODETerm(lambda t, y, args: model.drift(t, y)),
+            diffrax.ODETerm(lambda t, y, args: drift(t, y)),
             diffrax.ControlTerm(diffusion, path),
         )
         solver_state = self.solver.init(terms, t, t + dt, y, None)
         y1, *_ = self.solver.step(terms, t, t + dt, y, None, solver_state, made_jump=False)
         return y1, None
+
+
+def _stratonovich_drift(model):
+    """The drift f − ½ c of the Stratonovich equation with the Itô model's solution, where
+    c_i = Σ_j Σ_k g_kj ∂g_ij/∂y_k (Kloeden & Platen, eq. 4.9.7): diffsim's models are Itô
+    equations, and most of diffrax's SDE solvers (Heun, ShARK, SPaRK, SlowRK, ...) converge to
+    the Stratonovich solution of the equation they are given. c is 0 for additive noise."""
+
+    def drift(t, y):
+        g = lambda y: model.diffusion(t, y)  # noqa: E731
+        if model.noise == "diagonal":
+            # g_i dW_i: only the diagonal of ∂g/∂y enters (c_i = g_i ∂g_i/∂y_i)
+            jacobian = jax.jacfwd(g)(y)
+            size = jnp.size(y)
+            diagonal = jnp.diagonal(jnp.reshape(jacobian, (size, size))).reshape(jnp.shape(y))
+            correction = g(y) * diagonal
+        else:
+            columns = jnp.moveaxis(g(y), -1, 0)  # (m,) + y.shape: column j of g
+
+            def along(column, j):  # Σ_k g_kj ∂g_ij/∂y_k, the derivative of column j along it
+                return jnp.take(jax.jvp(g, (y,), (column,))[1], j, axis=-1)
+
+            correction = jnp.sum(jax.vmap(along)(columns, jnp.arange(columns.shape[0])), axis=0)
+        return model.drift(t, y) - 0.5 * correction
+
+    return drift
 
 
 # diffrax's SDE methods of one drift evaluation per step (and no tableau to count stages in)
