@@ -170,6 +170,60 @@ def test_dense_output_and_events_of_a_delay_equation():
     np.testing.assert_allclose(free.evaluate(queries)[:, 0], _steps_solution(queries), atol=1e-6)
 
 
+def _after_a_reset(a, tau, te, t):
+    """x' = −a x(t − τ), x = 1 before 0, x(te) → x(te) + 1 (te < τ), by the method of steps
+    at τ + te ≤ t ≤ 2τ: the jump at te is a kink at te + τ."""
+    ye = 1 - a * te + 1.0  # after the reset
+    at_tau = ye - a * (tau - te)
+    at_kink = at_tau - a * (te - a * te**2 / 2)  # on [τ, τ + te] x(t − τ) = 1 − a(t − τ)
+    s = t - tau - te  # on [τ + te, 2τ] x(t − τ) = ye − a(t − τ − te)
+    return at_kink - a * (ye * s - a * s**2 / 2)
+
+
+@pytest.mark.parametrize(
+    "solver, options",
+    [
+        (ds.RK4(), {"dt": 0.1}),
+        (ds.RK4(), {"dt": 0.05}),
+        (ds.Tsit5(rtol=1e-6, atol=1e-9), {}),
+        (ds.Rodas5P(rtol=1e-6, atol=1e-9), {}),
+    ],
+    ids=["RK4-0.1", "RK4-0.05", "Tsit5", "Rodas5P"],
+)
+def test_a_reset_travels_along_the_lag_as_a_breakpoint(solver, options):
+    """A reset's jump at te makes a kink at te + τ, where a step must end and whose steps read
+    the left and the right limit of the jump: then the solution, a polynomial of degree ≤ 2
+    between kinks, is integrated exactly (RK4 was first order, 5.8e-3 off at dt = 0.05, one
+    stage reading across the jump; Tsit5 at rtol 1e-6 5e-5). te = 0.57 lies off RK4's grid;
+    the derivative in a against the closed form's. Then repeated resets (a state condition):
+    a fixed-step solve has room for their steps (it ended at max_steps) and converges to the
+    adaptive one (measured 4e-9 at dt = 0.05)."""
+    tau, te, ts = 0.8, 0.57, jnp.array([0.0, 1.6])
+    event = ds.Event(lambda t, y: t - te, direction=1, reset=lambda t, y: y + 1.0)
+
+    def end(a):
+        model = ds.DDE(lambda t, y, yd, p: -p["a"] * yd[0], {"a": a}, delays=(tau,), history=1.0)
+        return ds.simulate(model, jnp.array(1.0), ts, solver=solver, events=event, **options).ys[-1]
+
+    a = jnp.asarray(0.7)
+    np.testing.assert_allclose(end(a), _after_a_reset(a, tau, te, 1.6), rtol=0, atol=1e-9)
+    derivative = jax.grad(lambda a: _after_a_reset(a, tau, te, 1.6))(a)
+    np.testing.assert_allclose(jax.grad(end)(a), derivative, rtol=0, atol=1e-9)
+    if not isinstance(solver, ds.RK4):
+        return
+    model = ds.DDE(lambda t, y, yd, p: -0.7 * yd[0], {}, delays=(tau,), history=1.0)
+    again = ds.Event(lambda t, y: y - 0.5, direction=-1, reset=lambda t, y: y + 0.5, max_events=8)
+    outputs = jnp.linspace(0.0, 6.0, 7)
+    fixed = ds.simulate(model, jnp.array(1.0), outputs, solver=solver, events=again, **options)
+    adaptive = ds.simulate(
+        model, jnp.array(1.0), outputs, solver=ds.Tsit5(rtol=1e-10, atol=1e-12), events=again
+    )
+    assert int(fixed.event_count) == int(adaptive.event_count) == 6
+    np.testing.assert_allclose(
+        fixed.ys, adaptive.ys, rtol=0, atol=1e-5 if options["dt"] > 0.05 else 1e-7
+    )
+
+
 def test_bad_delay_input_is_refused_with_what_to_do():
     fn = lambda t, y, yd, p: -yd[0]  # noqa: E731
     with pytest.raises(ValueError, match="positive"):

@@ -106,6 +106,8 @@ class _State(NamedTuple):
     done: Array | None = None
     # with dense output (else None): the step boundaries and each step's interpolant
     pieces: tuple | None = None
+    # a delay equation's breakpoints to come (sorted, inf-terminated; else None)
+    breaks: Array | None = None
 
 
 def run(
@@ -132,9 +134,13 @@ def run(
 
     delayed = hasattr(stepper, "with_history")  # a delay equation reads its own past
     dense = dense or delayed
-    breaks = stepper.breaks(t0) if delayed else None
+    breaks0 = stepper.breaks(t0) if delayed else None
+    if delayed and table is not None:
+        # room for the breakpoints of resets to come (`_with_jump_breaks`)
+        spare = jnp.full((_JUMPS_AHEAD * stepper.breaks_per_jump,), jnp.inf, dtype)
+        breaks0 = jnp.concatenate([breaks0, spare])
 
-    def target(saved, t_reached):
+    def target(saved, t_reached, breaks):
         """(where the next step must end at the latest, the time above which it is stretched
         to end there): t1, or with `step_to_outputs` the next output time; for a delay
         equation no later than its next breakpoint (where its solution is not smooth)."""
@@ -175,7 +181,8 @@ def run(
                 ts, keep, t_next, attempt.y1, state.saved, state.ys, attempt.evaluate, kind
             )
             t_reached = jnp.where(keep, t_next, t)
-            t_new, t_next_new = advance_time(keep, t, t_next, dt, *target(saved, t_reached))
+            ends = target(saved, t_reached, state.breaks)
+            t_new, t_next_new = advance_time(keep, t, t_next, dt, *ends)
             y_new, carry_new = select(keep, (attempt.y1, attempt.carry), (y, state.carry))
             extra = {}
         else:
@@ -187,10 +194,17 @@ def run(
                 ts, keep, found.t_end, found.y_end, state.saved, state.ys, attempt.evaluate, kind
             )
             t_reached = jnp.where(keep, found.t_end, t)
-            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *target(saved, t_reached))
+            breaks = state.breaks
+            if delayed:
+                breaks = _with_jump_breaks(stepper, breaks, keep, found, t_reached)
+                extra_breaks = dict(breaks=breaks)
+            else:
+                extra_breaks = {}
+            ends = target(saved, t_reached, breaks)
+            t_new, t_next_new = advance_time(keep, t, found.t_end, dt, *ends)
             y_new, carry_new = select(keep, (found.y_after, found.carry), (y, state.carry))
             done = state.done | found.stop | (keep & (t_new >= t1))
-            extra = dict(g=found.g, records=found.records, done=done)
+            extra = dict(g=found.g, records=found.records, done=done, **extra_breaks)
         if dense:
             t_end, y_end = (t_next, attempt.y1) if table is None else (found.t_end, found.y_end)
             extra["pieces"] = _store_piece(
@@ -206,13 +220,14 @@ def run(
             accepted=state.accepted + keep.astype(jnp.int32),
             rejected=state.rejected + (~keep).astype(jnp.int32),
             code=code,
+            breaks=extra.pop("breaks", state.breaks),
             **extra,
         )
 
     zero = jnp.array(0, jnp.int32)
     init = _State(
         t=t0,
-        t_next=jnp.minimum(t0 + first_step(controls, dtype), target(1, t0)[0]),
+        t_next=jnp.minimum(t0 + first_step(controls, dtype), target(1, t0, breaks0)[0]),
         y=y0,
         carry=stepper.start(t0, y0),
         ys=empty_outputs(y0, ts.shape[0]),
@@ -221,6 +236,7 @@ def run(
         rejected=zero,
         code=jnp.array(RESULTS.successful, jnp.int32),
         pieces=empty_pieces(y0, t0, max_steps, stepper.dense_nodes) if dense else None,
+        breaks=breaks0,
     )
     if table is not None:
         g0, untracked, code0 = table.start(model, t0, y0, time_scale)
@@ -239,6 +255,27 @@ def run(
     code = jnp.where(stopped_early, final.code, final_code(final.t, t1, final.code))
     reached = jnp.arange(ts.shape[0], dtype=jnp.int32) < final.saved
     return Out(final.ys, code, final.accepted, final.rejected, final.records, reached, pieces)
+
+
+# A delay equation keeps the breakpoints of this many resets ahead of its time at once (a
+# further reset's, until those pass, push out the latest ones: steps may then straddle those
+# kinks, still taken to the tolerance by an adaptive method)
+_JUMPS_AHEAD = 4
+
+
+def _with_jump_breaks(stepper, breaks, keep, found: "_EventStep", t_reached):
+    """`breaks` with those of a reset in this step, if any: a jump of the state at t_e
+    travels along the lags as the jump at t0 does (`stepper.jump_breaks(t_e)`). The breaks
+    up to `t_reached` are dropped; the array keeps its size (the latest ones past it are
+    lost)."""
+    changed = jax.tree.leaves(
+        jax.tree.map(lambda a, b: jnp.any(a != b), found.y_after, found.y_end)
+    )
+    jumped = keep & jnp.any(jnp.stack(changed))
+    new = jnp.where(jumped, stepper.jump_breaks(found.t_end), jnp.inf)
+    ahead = jnp.where(breaks > t_reached, breaks, jnp.inf)
+    merged = jnp.sort(jnp.concatenate([ahead, new]))[: breaks.shape[0] - 1]
+    return jnp.concatenate([merged, jnp.full((1,), jnp.inf, breaks.dtype)])
 
 
 def _history_view(pieces, y0, count) -> DenseOutput:

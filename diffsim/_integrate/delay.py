@@ -95,8 +95,12 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
             request.ts,
             jnp.asarray(dt, request.dtype),
             request.events,
-            # a step cut at each breakpoint, and one for round-off at the end
-            max_steps=total + BREAK_ORDERS * len(model.delays()) + 2,
+            # a step cut at each breakpoint, and one for round-off at the end; each event
+            # cuts a step, shifts the grid (one more step), and its reset adds breakpoints
+            max_steps=total
+            + BREAK_ORDERS * len(model.delays())
+            + 2
+            + _event_budget(request.events) * (BREAK_ORDERS * len(model.delays()) + 2),
             dense=request.dense,
         )
     if solver.delay_stepping == "rosenbrock":
@@ -123,6 +127,13 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
         max_steps=int(request.max_steps),
         dense=request.dense,
     )
+
+
+def _event_budget(events) -> int:
+    """The most event occurrences a solve can have (each event's `max_events`)."""
+    if events is None:
+        return 0
+    return sum(int(event.max_events) for event in events)
 
 
 def _concrete_lags(model: AbstractDDE) -> list[float] | None:
@@ -196,10 +207,19 @@ class _DelayStepper:
     def breaks(self, t0):
         """The times a step must end at (sorted, inf-terminated)."""
         infinity = jnp.full((1,), jnp.inf, t0.dtype)
-        lags = jnp.stack([jnp.asarray(lag, t0.dtype) for lag in self.model.delays()])
-        orders = jnp.arange(1, BREAK_ORDERS + 1, dtype=t0.dtype)
-        times = jnp.sort((t0 + orders[:, None] * lags[None, :]).reshape(-1))
-        return jnp.concatenate([times, infinity])
+        return jnp.concatenate([self.jump_breaks(t0), infinity])
+
+    @property
+    def breaks_per_jump(self) -> int:
+        return BREAK_ORDERS * len(self.model.delays())
+
+    def jump_breaks(self, t_jump):
+        """Where a jump of the solution (or its slope) at `t_jump` makes it not smooth:
+        t_jump + k·τ for k = 1 … BREAK_ORDERS and every lag τ, sorted."""
+        dtype = jnp.result_type(t_jump)
+        lags = jnp.stack([jnp.asarray(lag, dtype) for lag in self.model.delays()])
+        orders = jnp.arange(1, BREAK_ORDERS + 1, dtype=dtype)
+        return jnp.sort((t_jump + orders[:, None] * lags[None, :]).reshape(-1))
 
     def present(self, past, t, t_next) -> "_Present":
         """The model as the step from t to t_next sees it: its delayed states read from `past`
@@ -244,7 +264,11 @@ class _Present:
             # off by O(1) there). A step never reads beyond the stored span but for round-off.
             before = self.model.history(jnp.where(s < t0, s, t0))
             end = past.knots[past.count]
-            stored = past.read(jnp.where(s < t0, t0, jnp.where(s > end, end, s)))
+            # at a reset's time (a knot where the stored solution jumps: a breakpoint, so at
+            # one end of the step's window) the stage at the window's end reads the left
+            # limit, the one at its start the right limit (as at t0 above)
+            left = s > self.middle - lag
+            stored = past.read(jnp.where(s < t0, t0, jnp.where(s > end, end, s)), left=left)
             stored = jax.tree.map(lambda a, b: jnp.where(past.count > 0, a, b), stored, self.y0)
             delayed.append(jax.tree.map(lambda a, b: jnp.where(from_history, b, a), stored, before))
         return self.model.delayed_field(t, y, tuple(delayed))

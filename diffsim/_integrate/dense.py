@@ -117,16 +117,25 @@ class DenseOutput(eqx.Module):
     count: Int[Array, ""]
     direction: float = eqx.field(static=True, default=1.0)
 
-    def _piece(self, t):
+    def _piece(self, t, left=None):
         s = self.direction * jnp.asarray(t, self.knots.dtype)
         last = jnp.maximum(self.count - 1, 0)
         # the piece that holds s; at the last knot the last piece of positive width (a
-        # fixed-step solve on an uneven grid leaves pieces of zero width at interval ends)
+        # fixed-step solve on an uneven grid leaves pieces of zero width at interval ends);
+        # at an inner knot the piece after it
         end = s >= self.knots[self.count]
+        above, below = s, s
+        if left is not None:
+            # a side chosen: a knot within round-off of s counts as s (a delay equation's
+            # t_e + τ − τ is t_e only up to round-off), and the piece before it (`left`) or
+            # after it is read
+            slack = 16 * jnp.finfo(self.knots.dtype).eps * jnp.maximum(jnp.abs(s), 1.0)
+            above, below = s + slack, s - slack
+            end = end & ~left
         side = jnp.where(
-            end,
-            jnp.searchsorted(self.knots, s, side="left"),
-            jnp.searchsorted(self.knots, s, side="right"),
+            end | (False if left is None else left),
+            jnp.searchsorted(self.knots, below, side="left"),
+            jnp.searchsorted(self.knots, above, side="right"),
         )
         i = jnp.clip(side - 1, 0, last)
         a, b = self.knots[i], self.knots[i + 1]
@@ -142,10 +151,12 @@ class DenseOutput(eqx.Module):
         _, _, _, inside = self._piece(t)
         return jax.tree.map(lambda v: jnp.where(inside, v, jnp.nan), self.read(t))
 
-    def read(self, t) -> PyTree[Array]:
+    def read(self, t, left=None) -> PyTree[Array]:
         """The state at time `t` (a scalar) from the piece nearest to it, without the check
-        that `t` is inside the span (a delay equation reads its past with it)."""
-        i, x, _, _ = self._piece(t)
+        that `t` is inside the span (a delay equation reads its past with it). With `left`
+        (a bool) given, at a knot within round-off of `t` (where the solution may jump: a
+        reset) the left limit where it is true, the right one where false."""
+        i, x, _, _ = self._piece(t, left)
 
         def leaf(c):
             c = c[i]
