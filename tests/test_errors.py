@@ -381,3 +381,12 @@ def test_a_fit_in_float32_warns_of_a_tolerance_its_type_cannot_meet():
             solver=ds.Tsit5(rtol=1e-8, atol=1e-8),
             t0=0.0,
         )
+
+
+def test_every_result_code_is_in_the_documented_table():
+    """docs/api/results.md lists each `ds.RESULTS` code with its name (9 and 10 were missing)."""
+    import pathlib
+
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "api" / "results.md").read_text()
+    for code in ds.RESULTS:
+        assert f"| {int(code)} | `{code.name}` |" in page, code
