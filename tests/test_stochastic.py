@@ -107,6 +107,18 @@ class _GBMWithItsPath(ds.AbstractSDE):
         return jnp.stack([self.sigma * y[0], jnp.ones_like(y[1])])[:, None]
 
 
+class _CrossDiagonal(ds.AbstractSDE):
+    """Diagonal noise g = s·[y_1, 1]: the first component's noise depends on the second state."""
+
+    s: jax.Array = ds.parameter(0.5, ndim=0)
+
+    def drift(self, t, y):
+        return jnp.zeros_like(y)
+
+    def diffusion(self, t, y):
+        return self.s * jnp.stack([y[1], jnp.ones_like(y[0])])
+
+
 def test_general_noise_shares_one_brownian_motion():
     model = _GBMWithItsPath()
     key = jax.random.key(3)
@@ -130,6 +142,8 @@ def test_general_noise_shares_one_brownian_motion():
         (models.HarmonicOscillator(), ds.RK4(), jax.random.key(0), "drop key"),
         (models.HarmonicOscillator(), ds.EulerMaruyama(), jax.random.key(0), "deterministic"),
         (_GBMWithItsPath(), ds.Milstein(), jax.random.key(0), "Milstein needs diagonal"),
+        # diagonal noise whose g_0 reads y_1: Milstein's ∂g_i/∂y_i by one jvp would be wrong
+        (_CrossDiagonal(), ds.Milstein(), jax.random.key(0), r"g_0 depends on y_1 \(∂g_0/∂y_1"),
     ],
 )
 def test_wrong_pairings_get_clear_errors(model, solver, key, message):

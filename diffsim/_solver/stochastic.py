@@ -59,7 +59,8 @@ class EulerMaruyama(AbstractStochasticSolver):
 class Milstein(AbstractStochasticSolver):
     """Milstein's method for diagonal noise (Itô): y + f dt + g dW + ½ g ∂g/∂y (dW² − dt),
     with ∂gᵢ/∂yᵢ from one forward-mode derivative (so gᵢ must depend on yᵢ only, as diagonal
-    noise does). Strong order 1."""
+    noise does; a diffusion whose Jacobian at y0 is not diagonal is refused where the solve's
+    inputs are concrete). Strong order 1."""
 
     order = 1
     strong_order = 1.0
@@ -72,10 +73,34 @@ class Milstein(AbstractStochasticSolver):
                 f"Milstein needs diagonal noise; {type(model).__name__} has {model.noise!r} "
                 "noise: use ds.EulerMaruyama()"
             )
+        _check_diagonal_dependence(model, t0, y0)
 
     def advance(self, model, t, y, dt, state, dw):
         g, dg = jax.jvp(lambda x: model.diffusion(t, x), (y,), (jnp.ones_like(y),))
         return y + model.drift(t, y) * dt + g * dw + 0.5 * g * dg * (dw**2 - dt), None
+
+
+def _check_diagonal_dependence(model, t0, y0, largest: int = 256) -> None:
+    """Milstein's ∂gᵢ/∂yᵢ by one forward-mode derivative is right only where gᵢ depends on yᵢ
+    alone: refuse a diffusion whose Jacobian at (t0, y0) has an entry off its diagonal (it
+    would add a wrong term silently). Checked where everything is concrete and the state is
+    small (a traced solve, or a large state, is left unchecked)."""
+    values = [t0, y0, *jax.tree.leaves(eqx.filter(model, eqx.is_array))]
+    if any(isinstance(v, jax.core.Tracer) for v in values) or jnp.size(y0) > largest:
+        return
+    y0 = jnp.asarray(y0)
+    size = y0.size
+    jacobian = jax.jacfwd(lambda x: model.diffusion(t0, x))(y0).reshape(size, size)
+    off = jacobian * (1 - jnp.eye(size, dtype=jacobian.dtype))
+    scale = jnp.maximum(jnp.max(jnp.abs(jacobian)), 1.0)
+    if bool(jnp.max(jnp.abs(off)) > 1e-12 * scale):
+        i, j = (int(k) for k in jnp.unravel_index(jnp.argmax(jnp.abs(off)), off.shape))
+        raise ValueError(
+            f"Milstein needs each diffusion component g_i to depend on y_i only; "
+            f"{type(model).__name__}'s g_{i} depends on y_{j} (∂g_{i}/∂y_{j} = "
+            f"{float(jacobian[i, j]):g} at y0): use ds.EulerMaruyama(), or write the model "
+            "with general noise and use a diffrax solver (ds.DiffraxSDE)"
+        )
 
 
 class BAOAB(AbstractStochasticSolver):
