@@ -251,6 +251,19 @@ def test_blow_up_gives_nan_not_an_error():
     out = np.asarray(run(jnp.array([[-1.0], [1.0]])))
     assert np.isfinite(out[0]) and out[0] < 0  # from −1 it decays like −1/(1+t)
     assert np.isnan(out[1])
+    # members whose parameters are invalid (NaN, a negative frequency): NaN, not the -inf of a
+    # zero tangent (their solve fails at once, and its inputs' tangents are held at zero)
+    oscillator = models.HarmonicOscillator(omega=2.0)
+    exponent = jax.vmap(
+        lambda w: ds.lyapunov_exponent(
+            eqx.tree_at(lambda m: m.omega, oscillator, w),
+            jnp.array([1.0, 0.0]),
+            solver=ds.RK4(),
+            dt=0.1,
+            steps=100,
+        )
+    )(jnp.array([2.0, jnp.nan, -2.0]))
+    assert np.isfinite(exponent[0]) and np.all(np.isnan(exponent[1:]))
 
 
 LORENZ = models.Lorenz()

@@ -167,7 +167,12 @@ def _measure(
     def renormalized_step(carry, _):
         t, y, v = carry
         y_next, v_next = jax.jvp(lambda state: flow(t, state), (y,), (v,))
-        log_growth = _log_norm(v_next)
+        # a member whose solve failed (NaN states; its inputs' tangents are held at zero, so
+        # the growth alone would read log 0 = -inf, "strongly stable") measures NaN
+        finite = jnp.all(
+            jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(y_next)])
+        )
+        log_growth = jnp.where(finite, _log_norm(v_next), jnp.nan)
         scale = jnp.exp(-log_growth)
         v_next = jax.tree.map(lambda leaf: leaf * scale.astype(leaf.dtype), v_next)
         return (t + interval, y_next, v_next), log_growth
