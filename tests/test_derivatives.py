@@ -313,6 +313,23 @@ def test_sensitivity_errors_and_mode_choice():
     np.testing.assert_allclose(ds.jacobian(fn, x), ds.jacobian(fn, x, mode="forward"), rtol=1e-14)
 
 
+def test_sensitivity_of_a_model_with_named_parameters():
+    """A `ds.ODE` with a dict of named parameters (the README's form): every floating entry by
+    default, or named as `ds.fit` and `ds.sweep` name them ("k", "params.k"); dy/dk = −t e^{−kt}
+    (it was refused: only dataclass fields were looked at)."""
+    model = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
+    ts = jnp.linspace(0.0, 2.0, 5)
+    exact = (-ts * jnp.exp(-0.5 * ts))[:, None]
+    solver = ds.Tsit5(rtol=1e-10, atol=1e-12)
+    every = ds.sensitivity(model, jnp.array([1.0]), ts, solver=solver)
+    assert set(every) == {"k"}
+    np.testing.assert_allclose(every["k"], exact, atol=1e-8)
+    named = ds.sensitivity(model, jnp.array([1.0]), ts, solver=solver, wrt=("params.k",))
+    np.testing.assert_allclose(named["params.k"], exact, atol=1e-8)
+    with pytest.raises(ValueError, match=r"no parameter 'kk'; it has: k"):
+        ds.sensitivity(model, jnp.array([1.0]), ts, solver=solver, wrt=("kk",))
+
+
 def test_reverse_pass_rule_agrees_with_the_jacobian_rule_in_every_order(monkeypatch):
     """Adaptive solves with few inputs are differentiated by their forward-mode Jacobian (the
     lean loop for Tsit5), with many by a checkpointed reverse pass (its primal and transpose)

@@ -1,12 +1,11 @@
 """Sensitivities dy(t)/dθ of a simulation, and Jacobians in the cheaper autodiff mode."""
 
-import dataclasses
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .._integrate.simulate import raise_if_failed, real_dtype, simulate
+from .._paths import floating_names, get, path_of
 from .._validate import as_state, as_state_leaf, HostArray, is_traced
 
 
@@ -35,8 +34,9 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
     **Arguments:**
 
     - `model`, `y0`, `ts`, `solver` and `options`: as for `ds.simulate`.
-    - `wrt`: `"parameters"` (every floating parameter field of the model), `"y0"`, or a tuple of
-      parameter field names, e.g. `("length", "damping")`.
+    - `wrt`: `"parameters"` (every floating parameter field of the model, and every floating
+      entry of its dict of named parameters, a `ds.ODE`'s), `"y0"`, or a tuple of parameter
+      names as `ds.fit(..., params=)` takes them, e.g. `("length", "damping")` or `("k",)`.
     - `mode`: `"auto"` chooses forward or reverse mode by the numbers of inputs and outputs.
 
     **Returns:** a dict name → Jacobian; each has shape `ys.shape + parameter.shape`
@@ -50,20 +50,27 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
     else:
         if isinstance(wrt, str) and wrt != "parameters":
             wrt = (wrt,)  # one name, not its letters
-        names = _parameter_names(model) if wrt == "parameters" else tuple(wrt)
-        known = ", ".join(_parameter_names(model))
+        names = tuple(floating_names(model)) if wrt == "parameters" else tuple(wrt)
+        known = ", ".join(floating_names(model))
         for name in names:
-            if not any(f.name == name for f in dataclasses.fields(model)):
+            path = path_of(model, name)
+            if path is None:
                 raise ValueError(
                     f"{type(model).__name__} has no parameter {name!r}; it has: {known} (or "
                     "wrt='y0' for the initial state)"
                 )
-            if not eqx.is_inexact_array(getattr(model, name)):
+            value = get(model, path)
+            if not (eqx.is_inexact_array(value) or isinstance(value, float)):
                 raise ValueError(
-                    f"{type(model).__name__}.{name} is {getattr(model, name)!r}, not a floating "
-                    f"array, so nothing can be differentiated with respect to it; its floating "
+                    f"{type(model).__name__}.{name} is {value!r}, not a floating array, so "
+                    f"nothing can be differentiated with respect to it; its floating "
                     f"parameters: {known}"
                 )
+        if not names:
+            raise ValueError(
+                f"{type(model).__name__} has no floating parameters to differentiate: pass "
+                "wrt='y0', or give the model array parameters"
+            )
     if mode not in ("auto", "forward", "reverse"):
         raise ValueError(f"mode must be 'auto', 'forward' or 'reverse', got {mode!r}")
     # a fixed-step solve plans its steps from concrete times: they go in as a static value
@@ -89,17 +96,14 @@ def _sensitivities(model, y0, ts, solver, names, mode: str, options: dict):
         jac, solution = jacobian(lambda initial: solve(model, initial), y0, mode=mode, has_aux=True)
         return {"y0": jac}, solution
 
+    paths = [path_of(model, name) for name in names]
+
     def run(values):
         member = eqx.tree_at(
-            lambda m: [getattr(m, n) for n in names], model, [values[n] for n in names]
+            lambda m: [get(m, p) for p in paths], model, [values[n] for n in names]
         )
         return solve(member, y0)
 
-    values = {name: getattr(model, name) for name in names}
+    # a Python float entry (a ds.ODE's {"k": 0.5}) as an array of the default float type
+    values = {name: jnp.asarray(get(model, p), float) for name, p in zip(names, paths)}
     return jacobian(run, values, mode=mode, has_aux=True)
-
-
-def _parameter_names(model) -> tuple[str, ...]:
-    return tuple(
-        f.name for f in dataclasses.fields(model) if eqx.is_inexact_array(getattr(model, f.name))
-    )
