@@ -45,8 +45,10 @@ class SteadyState(eqx.Module):
     """What `ds.steady_state` returns.
 
     - `y`: the equilibrium, a pytree like `y0`.
-    - `result`: int32 `ds.RESULTS` code: `successful`, or `no_steady_state` (also the code of
-      a failed simulation towards it).
+    - `result`: int32 `ds.RESULTS` code: `successful`; `no_steady_state` where the trajectory
+      ran to `max_time` without coming to rest (or Newton's method did not converge); or the
+      code of the simulation towards it where that failed first (`max_steps_reached` for a
+      trajectory that grows or oscillates through its step budget, `invalid_input`, ...).
     - `residual`: the size of the vector field there, the RMS of f / (atol + rtol·|y|): at most
       1 at an equilibrium.
     - `time`: how long the trajectory ran before it came to rest (0 for `method="newton"`).
