@@ -51,6 +51,18 @@ def test_cli_rejects_unknown_command():
     assert out.returncode == 2 and "invalid choice" in out.stderr
 
 
+def test_an_interrupted_command_says_so_without_a_traceback(monkeypatch, capsys):
+    from diffsim._apps import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_info", interrupted)
+    assert cli.main(["info"]) == 130
+    err = capsys.readouterr().err
+    assert "diffsim info: interrupted" in err and "Traceback" not in err
+
+
 def test_sweep_command_runs_the_example_config_and_resumes(tmp_path, capsys):
     from diffsim.cli import main
 

@@ -292,7 +292,13 @@ def main(argv=None) -> int:
     info.add_argument("problem", nargs="?", help="a PEtab problem's YAML file")
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        # an interrupt is the user's choice, not a failure to report with a traceback; what a
+        # command keeps (a sweep store's finished chunks, a fit's finished starts) it has kept
+        print(f"\ndiffsim {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ A damped pendulum over a length x damping grid (400 x 250 = 100,000 members), RK
   (c) the same work written by hand: `jax.jit(jax.vmap(...))` of an RK4 `lax.scan` over the
       flattened grid (no storage),
   (d) `diffrax.diffeqsolve` with the same RK4 tableau and constant step, under `jax.vmap`.
-`ds.sweep` compiles inside the call, so each of its calls is timed whole and its compile time is
-read from JAX's own compile events (`_timing.CompileClock`); run = total - compile. The peers are
+`ds.sweep` compiles inside the call, so each of its calls is timed whole (its programs dropped
+before it, the persistent cache off) and its compile time is read from JAX's own compile events
+(`_timing.CompileClock`); run = total - compile. The peers are
 compiled once (median of three fresh compilations) and run in shuffled interleaved rounds. Members
 per second are on run time, and also on total time (what a script that runs one sweep sees).
 
@@ -50,7 +51,10 @@ def grid(n_lengths: int, n_dampings: int):
 
 
 def run_sweep(lengths, dampings, steps: int, store: str | None):
-    """One `ds.sweep` call → (total seconds, compile seconds, final states (members, 2))."""
+    """One `ds.sweep` call → (total seconds, compile seconds, final states (members, 2)), its
+    program compiled afresh (as the peers' are, and as a script's one sweep is): the programs
+    of earlier calls are dropped and the persistent cache is off (`main`)."""
+    jax.clear_caches()
     with CompileClock() as clock:
         start = time.perf_counter()
         result = ds.sweep(
@@ -77,6 +81,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes, for smoke tests")
     args = parser.parse_args(argv)
+    # every method compiles afresh: no program loaded from diffsim's persistent cache
+    ds.config(cache=False)
     if args.quick:
         args.lengths, args.dampings, args.steps, args.repeats = 20, 10, 100, 1
 
