@@ -564,7 +564,11 @@ def test_the_screen_starts_where_the_guess_cannot_be_simulated():
     values = 1 / (1 - 0.5 * ts) + 0.01 * np.random.default_rng(5).standard_normal(ts.size)
     options = dict(params=["k"], solver=ds.RK4(), dt=0.01)
     data = (ts, values[:, None])
-    with pytest.warns(ds.FitWarning, match="at the given guess; the fit started from the lowest"):
+    with pytest.warns(
+        ds.FitWarning,
+        match="at the given guess within the screen.s step budget .max_steps / 16.; the fit "
+        "started from the lowest",
+    ):
         result = ds.fit(_Blowup(k=2.0), jnp.array([1.0]), data, **options)
     assert not np.isfinite(result.screen["loss"][0])  # row 0: the guess itself
     # 3 standard errors: p ≈ 0.997 for a correct interval

@@ -84,3 +84,12 @@ def test_fit_command_rejects_a_bad_config(tmp_path, capsys):
     )
     assert main(["fit", str(config)]) == 2
     assert "data = 'missing.csv' does not exist" in capsys.readouterr().err
+    # max_steps reaches ds.fit (a solve that needs more steps failed with no way to say so)
+    from diffsim._apps import fit_config
+
+    text = (ROOT / "experiments" / "fits" / "lynx_hare.toml").read_text()
+    data = ROOT / "experiments" / "data" / "lynx_hare.csv"
+    config.write_text(text.replace('"../data/lynx_hare.csv"', f'"{data.as_posix()}"') + "\n")
+    with_steps = config.read_text().replace("\nfit = ", "\nmax_steps = 123\nfit = ", 1)
+    config.write_text(with_steps)
+    assert fit_config.fit_arguments(fit_config.load(str(config)))["max_steps"] == 123

@@ -11,6 +11,7 @@ initial_state = true                     # or false, or a list of indices / stat
 observe = [0, 1]                         # optional: the observed state components
 solver = "Tsit5"                         # or { name = "RK4" } with dt
 dt = 0.05                                # fixed-step solvers
+max_steps = 100000                       # optional: step budget of an adaptive solver's solve
 method = "lm"                            # lm | gauss-newton | bfgs
 loss = "log"                             # squared | log
 segments = 1                             # multiple shooting windows
@@ -69,6 +70,7 @@ _KEYS = {
     "dtype",
     "out",
     "max_iterations",
+    "max_steps",
     "na_values",
 }
 _KINDS = {
@@ -97,6 +99,7 @@ _KINDS = {
     "dtype": TEXT,
     "out": TEXT,
     "max_iterations": INTEGER,
+    "max_steps": INTEGER,
     "na_values": TEXTS,
 }
 _REQUIRED = ("model", "y0", "data", "fit", "out")
@@ -188,6 +191,10 @@ def fit_arguments(config: dict) -> dict:
     )
     if "max_iterations" in config:
         arguments["max_iterations"] = config["max_iterations"]
+    if "max_steps" in config:
+        if config["max_steps"] < 1:
+            raise FitConfigError(f"max_steps must be at least 1, got {config['max_steps']}")
+        arguments["max_steps"] = config["max_steps"]
     return arguments
 
 

@@ -314,7 +314,9 @@ def _check_start(stage: _Stage, problem: Problem, plan: _Plan) -> None:
             where = f"guess and at the {plan.points - 1} screened points around it"
         raise ValueError(
             "the model cannot be simulated, or gives non-finite predictions, at the initial "
-            f"{where}{detail}: start from a guess where ds.simulate succeeds"
+            f"{where}{detail}: start from a guess where ds.simulate succeeds (its result says "
+            f"why: a solve that needs more than max_steps = {problem.max_steps} steps fails "
+            "too; raise max_steps then)"
         )
 
 
@@ -773,7 +775,9 @@ def _start_agreement(losses: np.ndarray, best: int, screen: dict | None):
     if screen is not None and not np.isfinite(screen["loss"][0]):
         notes.append(
             "the model cannot be simulated, or gives non-finite predictions, at the given "
-            "guess; the fit started from the lowest of the screened points around it"
+            "guess within the screen's step budget (max_steps / "
+            f"{SCREEN_STEP_SHARE}); the fit started from the lowest of the screened points "
+            "around it"
         )
     if total == 1:
         return notes, count
