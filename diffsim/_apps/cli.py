@@ -4,6 +4,7 @@ import argparse
 import platform
 import sys
 import time
+import warnings
 
 
 def _demo(args) -> int:
@@ -148,7 +149,9 @@ def _fit(args) -> int:
     try:
         # checked before the fit, which can take long, so that its result is not lost
         writable_folder(out, "--out" if args.out else "out", FitConfigError)
-        result = ds.fit(**fit_arguments(config))
+        with warnings.catch_warnings():  # the summary below states them (once)
+            warnings.simplefilter("ignore", ds.FitWarning)
+            result = ds.fit(**fit_arguments(config))
     except (FitConfigError, ValueError, TypeError, FileNotFoundError, ds.SimulationError) as error:
         print(f"diffsim fit: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
