@@ -104,6 +104,10 @@ def _sensitivities(model, y0, ts, solver, names, mode: str, options: dict):
         )
         return solve(member, y0)
 
-    # a Python float entry (a ds.ODE's {"k": 0.5}) as an array of the default float type
-    values = {name: jnp.asarray(get(model, p), float) for name, p in zip(names, paths)}
+    # an array keeps its dtype; a Python float entry becomes one of the default float type
+    values = {name: _as_array(get(model, p)) for name, p in zip(names, paths)}
     return jacobian(run, values, mode=mode, has_aux=True)
+
+
+def _as_array(value):
+    return value if eqx.is_inexact_array(value) else jnp.asarray(value, float)
