@@ -299,6 +299,11 @@ def test_the_command_fits_a_problem_from_its_yaml_and_writes_the_result(tmp_path
     assert "no file at" in capsys.readouterr().err
     assert main(["fit", str(path), "--starts", "0", "--out", str(out)]) == 2
     assert "--starts must be at least 1" in capsys.readouterr().err
+    assert main(["fit", str(path), "--seed", "-1", "--out", str(out)]) == 2
+    assert "--seed must be 0 or more" in capsys.readouterr().err
+    # a problem that cannot be read leaves no empty output folder behind
+    assert main(["fit", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "new" / "fit")]) == 2
+    assert not (tmp_path / "new").exists()
 
 
 def test_steady_state_measurements_are_taken_at_the_conditions_rest(tmp_path):

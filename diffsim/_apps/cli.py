@@ -204,8 +204,12 @@ def _bench(args) -> int:
         print(f"diffsim bench: {error}", file=sys.stderr)
         return 2
     print(summary_table(outcomes))
+    import os
+
+    # the plot is drawn only where a benchmark measured several sizes
+    plot = ", plot scaling.png" if os.path.exists(os.path.join(args.out, "scaling.png")) else ""
     print(
-        f"report in {args.out}/{REPORT} (raw timings benchmarks.json, plot scaling.png, logs "
+        f"report in {args.out}/{REPORT} (raw timings benchmarks.json{plot}, logs "
         f"<name>.log); {time.perf_counter() - start:.0f} s in all"
     )
     return 0 if all(o.status == "ok" for o in outcomes) else 1

@@ -15,6 +15,7 @@ start. What `--out` receives:
 - `fits.png`: measurements and predictions per experiment (the first 12).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -38,6 +39,24 @@ def _load(path: str, command: str):
         return None
 
 
+def _first_missing(folder: str) -> str | None:
+    """The outermost folder of `folder`'s path that does not exist yet (None: it exists)."""
+    missing, path = None, os.path.abspath(folder)
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
+
+
+def _remove_up_to(folder: str, outermost: str) -> None:
+    """Remove the empty `folder` and its parents up to `outermost` (a non-empty one stops)."""
+    with contextlib.suppress(OSError):
+        while True:
+            os.rmdir(folder)
+            if folder == outermost:
+                return
+            folder = os.path.dirname(folder)
+
+
 def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> int:
     """The body of `diffsim fit problem.yaml`; returns the exit status (0 the best start
     converged, 1 it did not, 2 bad input or unwritable output)."""
@@ -52,7 +71,11 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
     if starts < 1:
         print(f"diffsim fit: --starts must be at least 1, got {starts}", file=sys.stderr)
         return 2
+    if seed < 0:
+        print(f"diffsim fit: --seed must be 0 or more, got {seed}", file=sys.stderr)
+        return 2
     folder = os.path.expanduser(out or os.path.join("out", f"fit_{Path(path).stem}"))
+    made = _first_missing(folder)  # what the check below creates, removed if nothing is written
     try:
         # checked before the fit, which can take long, so that its result is not lost
         writable_folder(folder, "--out", ConfigError)
@@ -62,6 +85,8 @@ def fit(path: str, *, starts: int, out: str | None, seed: int, quiet: bool) -> i
     clock = time.perf_counter()
     problem = _load(path, "fit")
     if problem is None:
+        if made is not None:  # the folders made by the check above, left empty
+            _remove_up_to(os.path.abspath(folder), made)
         return 2
     load_seconds = time.perf_counter() - clock
     print(f"{Path(path).name}: {problem!r}; read in {load_seconds:.1f} s", flush=True)

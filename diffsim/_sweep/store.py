@@ -137,7 +137,12 @@ def record_resume(group, attrs: dict, chunks_done: int) -> None:
     chunks already finished to the store's `resumes` attribute (a JSON list, oldest first)."""
     import datetime
 
-    runs = json.loads(group.attrs.get("resumes", "[]"))
+    try:
+        runs = json.loads(group.attrs.get("resumes", "[]"))
+    except (TypeError, ValueError):  # edited by hand into something else: start the list anew
+        runs = []
+    if not isinstance(runs, list):
+        runs = []
     run = {key: attrs[key] for key in _PROVENANCE_KEYS}
     run["started"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     run["chunks_done_before"] = chunks_done
