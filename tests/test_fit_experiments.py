@@ -93,3 +93,18 @@ def test_fit_command_rejects_a_bad_config(tmp_path, capsys):
     with_steps = config.read_text().replace("\nfit = ", "\nmax_steps = 123\nfit = ", 1)
     config.write_text(with_steps)
     assert fit_config.fit_arguments(fit_config.load(str(config)))["max_steps"] == 123
+    # what ds.fit would say in Python terms (observe=lambda ..., params=, key=) is said in the
+    # file's own keys
+    lynx = text.replace('"../data/lynx_hare.csv"', f'"{data.as_posix()}"')
+    cases = {
+        'columns = ["hare"]\n': "the data have 1 value column.s. but the state .y0. has 2 "
+        "components: list the components the columns measure, in order, e.g. observe = .0.",
+        "fit = []\n": "fit = .. names no parameter",
+        'solver = "EulerMaruyama"\ndt = 0.1\n': "'EulerMaruyama' is a stochastic solver",
+    }
+    for change, message in cases.items():
+        key = change.split(" =")[0]
+        kept = "\n".join(line for line in lynx.splitlines() if not line.startswith(key + " "))
+        config.write_text(kept.replace("\nout = ", "\n" + change + "out = ", 1))
+        with pytest.raises(fit_config.FitConfigError, match=message):
+            fit_config.fit_arguments(fit_config.load(str(config)))

@@ -168,6 +168,20 @@ def fit_arguments(config: dict) -> dict:
                 f"0 to {size - 1}, or negative from the end)"
             )
         observe = _ObserveComponents(tuple(indices))
+    if "observe" not in config and data.values.shape[1] != len(config["y0"]):
+        raise FitConfigError(
+            f"the data have {data.values.shape[1]} value column(s) but the state (y0) has "
+            f"{len(config['y0'])} components: list the components the columns measure, in "
+            "order, e.g. observe = [0]"
+        )
+    if config["fit"] == []:
+        raise FitConfigError('fit = [] names no parameter: list those to fit, e.g. fit = ["k"]')
+    solver = solver_from(config["solver"]) if "solver" in config else None
+    if solver is not None and solver.stochastic:
+        raise FitConfigError(
+            f"solver = {type(solver).__name__!r} is a stochastic solver; a fit's config "
+            'simulates a deterministic model: use an ODE solver such as "Tsit5" or "RK4"'
+        )
     bounds = {k: tuple(v) for k, v in config.get("bounds", {}).items()}
     arguments = dict(
         model=model_from(config["model"], config.get("parameters", {})),
@@ -176,7 +190,7 @@ def fit_arguments(config: dict) -> dict:
         params=config["fit"],
         initial_state=config.get("initial_state", False),
         observe=observe,
-        solver=solver_from(config["solver"]) if "solver" in config else None,
+        solver=solver,
         dt=config.get("dt"),
         method=config.get("method", "lm"),
         loss=config.get("loss", "squared"),
