@@ -219,6 +219,8 @@ def test_a_reset_travels_along_the_lag_as_a_breakpoint(solver, options):
         model, jnp.array(1.0), outputs, solver=ds.Tsit5(rtol=1e-10, atol=1e-12), events=again
     )
     assert int(fixed.event_count) == int(adaptive.event_count) == 6
+    # measured 1.7e-7 at dt = 0.1 and 3.9e-9 at 0.05 (4th order); first order, as before the
+    # breakpoints, left 4.6e-3 at 0.1: the bounds sit ~50x above the measured errors
     np.testing.assert_allclose(
         fixed.ys, adaptive.ys, rtol=0, atol=1e-5 if options["dt"] > 0.05 else 1e-7
     )
