@@ -196,9 +196,15 @@ def _off_zero(event, model, t, y, time_scale, *, heading: int):
         (t,),
         (jnp.ones_like(t),),
     )
-    eps = jnp.finfo(value.dtype).eps
-    slack = jnp.abs(rate) * 64 * eps * time_scale
+    slack = jnp.abs(rate) * round_off_time(value.dtype, time_scale)
     return jnp.where(jnp.abs(value) <= slack, heading * jnp.sign(rate) * slack, value)
+
+
+def round_off_time(dtype, time_scale):
+    """The time within which a condition's value is its zero's round-off: 64 ulp of the
+    solve's times (`restart_value` moves a value within its rate times this off zero, and
+    the root finder sees the start value over twice this)."""
+    return 64 * jnp.finfo(dtype).eps * time_scale
 
 
 def _flow(model, s, y, t):

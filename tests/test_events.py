@@ -274,6 +274,27 @@ def test_more_resets_than_max_events_is_an_error(name):
 
 
 @pytest.mark.parametrize("name", SOLVERS)
+def test_a_ball_run_past_its_rest_time_bounces_on_the_closed_form_to_the_limit(name):
+    # e = 0.8 from 2 m: the bounces pile up at 5.747 s. An adaptive step after a late bounce
+    # spans the rest of the run (its polynomial is exact on a parabola), and the root finder
+    # took the zero the step starts on (t + θh rounds to t): the 22nd bounce fired at the 21st's
+    # time, moving up, the ball fell through the floor to -91 m at t = 10, reported successful.
+    n = 60
+    ts = jnp.array([0.0, 10.0])
+    sol = ds.simulate(
+        BALL, jnp.array([DROP, 0.0]), ts, events=_bouncing(0.8, n), throw=False, **SOLVERS[name]
+    )
+    times, speeds = _bounce_times(DROP, 0.8, n)
+    assert int(sol.result) == ds.RESULTS.event_limit_reached
+    assert int(sol.event_count) == n
+    # every bounce is located to ~100 ulps of 6 s (1.3e-13 s) and their errors add up over 60
+    # flights (8e-12; Rodas5P 1.1e-11 measured): 5e-11 is four times that
+    np.testing.assert_allclose(sol.event_time, times, rtol=0, atol=5e-11)
+    np.testing.assert_allclose(sol.event_state[:, 1], -speeds, rtol=1e-8, atol=1e-12)
+    assert float(jnp.min(sol.event_state[:, 0])) > -1e-12
+
+
+@pytest.mark.parametrize("name", SOLVERS)
 def test_event_inside_jit_and_with_a_closed_over_parameter(name):
     # the level is a traced value closed over by the condition; d t / d level = -1 / (g t).
     # The adaptive solves pass the condition into custom derivative rules, where a closed-over

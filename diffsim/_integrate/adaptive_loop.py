@@ -399,6 +399,7 @@ def _event_in_step(
             state.g,
             g1,
             hits,
+            time_scale,
             model.vector_field,
         )
         over = table.over_limit(any_hit, which, counts)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, PyTree
 
-from .._events import crossed, evaluate, EventTable, Records, restarts
+from .._events import crossed, evaluate, EventTable, Records, restarts, round_off_time
 from .common import advance, events_solved, guard_inputs, scale_of_times
 
 # Iterations of the bracketing (Illinois) root finder on a step's interpolant; it converges
@@ -118,7 +118,9 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             return plain, c.records
 
         def event():
-            which, t_ev, y_ev = _locate(model, events, c.t, c.y, h, y1, c.g, g1, hits)
+            which, t_ev, y_ev = _locate(
+                model, events, c.t, c.y, h, y1, c.g, g1, hits, time_scale
+            )
             over = table.over_limit(any_hit, which, counts_now)
             y_next = table.after(which, ~over, t_ev, y_ev)
             located = _Step(
@@ -197,7 +199,7 @@ def _hermite(theta, h, y0, f0, y1, f1):
     )
 
 
-def _locate(model, events, t, y, h, y1, g0, g1, hits):
+def _locate(model, events, t, y, h, y1, g0, g1, hits, time_scale):
     """The earliest event in the step [t, t + h] (ties: the first in `events` order) as
     (index, time, interpolated state), on the cubic Hermite interpolant of the step."""
     f0 = model.vector_field(t, y)
@@ -206,21 +208,32 @@ def _locate(model, events, t, y, h, y1, g0, g1, hits):
     def state(theta):
         return _hermite(theta, h, y, f0, y1, f1)
 
-    return locate(events, t, h, state, g0, g1, hits, model.vector_field)
+    return locate(events, t, h, state, g0, g1, hits, time_scale, model.vector_field)
 
 
-def locate(events, t, h, state, g0, g1, hits, field=None):
+def locate(events, t, h, state, g0, g1, hits, time_scale, field=None):
     """The earliest event in the step [t, t + h] (ties: the first in `events` order) as
     (index, time, state there), on the step's interpolant `state(theta)`, theta in [0, 1]:
     Illinois bracketing to round-off, then Newton steps that carry the derivatives. `field`:
-    the vector field stepped (for conditions on dy/dt)."""
+    the vector field stepped (for conditions on dy/dt); `time_scale`: the solve's
+    (`common.scale_of_times`)."""
+    # Within the round-off of the step's start the bracketing sees the value the crossing test
+    # started from (g0: after an event, `restart_value`'s, off the zero the state sits on).
+    # Else a step spanning a whole flight after a bounce (h = 4.3 for a flight of 0.012)
+    # brackets the zero it starts on: t + θh rounds to t for θ below 1e-16, the condition is 0
+    # there, and the bounce fired again at once in the wrong direction (the ball fell through
+    # the floor, reported successful).
+    near = 2 * round_off_time(jnp.result_type(h), time_scale) / jnp.abs(h)
     thetas = []
     for i, event in enumerate(events):
 
         def g(theta, event=event):
             return evaluate(event, t + theta * h, state(theta), field)
 
-        theta = lax.stop_gradient(_illinois(g, g0[i], g1[i]))
+        def bracketed(theta, g=g, start=g0[i]):
+            return jnp.where(theta <= near, start.astype(theta.dtype), g(theta))
+
+        theta = lax.stop_gradient(_illinois(bracketed, g0[i], g1[i]))
         for _ in range(_NEWTON_POLISH):
             value, slope = jax.jvp(g, (theta,), (jnp.ones_like(theta),))
             safe = jnp.where(slope != 0, slope, 1)
