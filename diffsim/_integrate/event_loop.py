@@ -118,9 +118,7 @@ def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int
             return plain, c.records
 
         def event():
-            which, t_ev, y_ev = _locate(
-                model, events, c.t, c.y, h, y1, c.g, g1, hits, time_scale
-            )
+            which, t_ev, y_ev = _locate(model, events, c.t, c.y, h, y1, c.g, g1, hits, time_scale)
             over = table.over_limit(any_hit, which, counts_now)
             y_next = table.after(which, ~over, t_ev, y_ev)
             located = _Step(
