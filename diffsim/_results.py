@@ -57,8 +57,10 @@ _MESSAGES = {
         "the problem is stiff; use a stiff solver (ds.Rodas5P) or lower dtmin"
     ),
     RESULTS.nonlinear_solver_failed: (
-        "the implicit solver's nonlinear (Newton) iteration failed to converge: tighten rtol/atol "
-        "so steps shrink, or check the vector field for discontinuities"
+        "the implicit solver's nonlinear (Newton) iteration failed to converge: with adaptive "
+        "steps tighten rtol/atol so the steps shrink; with constant steps (where the "
+        "steps cannot shrink) use ds.Rodas5P, which has no Newton iteration, or adaptive "
+        "steps; or check the vector field for discontinuities"
     ),
     RESULTS.solver_failed: "the underlying diffrax solver reported a failure",
     RESULTS.nonfinite_state: (

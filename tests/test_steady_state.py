@@ -53,6 +53,41 @@ def test_the_equilibrium_the_trajectory_reaches():
     np.testing.assert_allclose(batch(rates), 10.0, rtol=1e-12)
 
 
+def test_a_start_within_the_tolerance_of_an_unstable_equilibrium_goes_where_the_flow_goes():
+    """An epidemic from I0 = 1e-11 (R0 = 2.5): the field at the start is below atol, so the
+    start was "at rest" and S* = 1 (the disease-free state, unstable) was returned as found.
+    The trajectory leaves it and rests at the final size S = exp(−R0 (1 − S)) (here from S0 =
+    1 − I0: ln(S0/S) = R0 (1 − S)). A start exactly on the unstable state stays there (y* =
+    y0), with an explicit solver too (whose run to max_time ends at max_steps: the
+    linearised flow decides); y' = y from 1e-20, which leaves and never rests, finds none."""
+    from scipy.optimize import brentq
+
+    beta, gamma = 0.5, 0.2
+
+    def sir(t, y, p):
+        infection = p["beta"] * y[0] * y[1]
+        return jnp.stack([-infection, infection - p["gamma"] * y[1], p["gamma"] * y[1]])
+
+    model = ds.ODE(sir, {"beta": beta, "gamma": gamma})
+    i0 = 1e-11
+    final = brentq(lambda s: np.log((1 - i0) / s) - beta / gamma * (1 - s), 1e-6, 1 - 1e-9)
+    state = ds.steady_state(model, jnp.array([1 - i0, i0, 0.0]))
+    # the solve's global error through 25 e-folds of the epidemic's growth at rtol 1e-8 (5e-7
+    # measured); S* = 1 returned before is 9x off
+    np.testing.assert_allclose(state.y[0], final, rtol=2e-6)
+    assert float(state.time) > 50  # the epidemic's course, not 0
+    for solver in (ds.Rodas5P(), ds.Tsit5()):
+        on = ds.steady_state(model, jnp.array([1.0, 0.0, 0.0]), solver=solver)
+        np.testing.assert_array_equal(on.y, [1.0, 0.0, 0.0])
+    # (with Tsit5: Rodas5P's long steps damp a growing state below atol, R(hλ) → 0, and
+    # follow it to 4e-53 at max_time, where it is at rest: zero to the tolerance)
+    growth = ds.ODE(lambda t, y, p: y, None)
+    leaves = ds.steady_state(growth, jnp.array([1e-20]), solver=ds.Tsit5(), throw=False)
+    assert int(leaves.result) != ds.RESULTS.successful
+    assert bool(jnp.all(jnp.isnan(leaves.y)))
+    assert bool(jnp.isnan(leaves.time))  # it never came to rest
+
+
 def test_a_conserved_total_fixes_the_equilibrium_by_y0():
     # A <-> B with rates 1 and 2: the total a + b is conserved (the Jacobian is singular, so
     # Newton takes no step) and the equilibrium a = 2 T / 3 depends on y0 through it

@@ -47,10 +47,13 @@ def solve_adaptive_family(solver: AbstractDiffraxMethod, request: SolveRequest) 
     arguments = (solver, request.model, request.y0, request.ts, dt)
     if request.dense and not solver.runs_own_loop(adjoint):
         own = "an explicit pair (ds.Tsit5, ds.Dopri5, ds.Dopri8) or a Rosenbrock method"
+        if adjoint == "auto":  # the solver itself runs in diffrax's loop (Kvaerno5, ds.Diffrax)
+            advice = f"use {own} (ds.Rodas5P for a stiff model)"
+        else:
+            advice = f"use adjoint='auto' (the default) with {own} (ds.Rodas5P, ...)"
         raise NotImplementedError(
             f"dense=True with {type(solver).__name__} and adjoint={adjoint!r}: this solve "
-            "runs in diffrax's loop, whose dense output diffsim does not keep; use "
-            f"adjoint='auto' (the default) with {own} (ds.Rodas5P, ...)"
+            f"runs in diffrax's loop, whose dense output diffsim does not keep; {advice}"
         )
     if request.events is not None and isinstance(adjoint, diffrax.BacksolveAdjoint):
         # diffrax's own message names SaveAt(subs=...), which the caller never wrote

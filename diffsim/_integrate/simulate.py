@@ -604,7 +604,8 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
     if code == RESULTS.nonfinite_state:
         detail = _when_nonfinite(solution)
     elif code == RESULTS.max_steps_reached:
-        detail = f"max_steps={max_steps}; " + _when_nonfinite(solution, stopped_early=True)
+        reached = _when_nonfinite(solution, stopped_early=True)
+        detail = f"max_steps={max_steps}" + (f"; {reached}" if reached else "")
         if precision is not None:
             message = (
                 f"the adaptive solver reached max_steps before the last output time: {precision}"
@@ -640,8 +641,9 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
                 "satisfies its algebraic equations (steps from one that does not fail): build "
                 "it with ds.consistent_initial_state(model, y, t) inside the reset."
             )
+        notes = notes.strip()
         if notes:
-            detail = f"{detail}. {notes}" if detail else notes
+            detail = f"{detail.rstrip('. ')}. {notes}" if detail else notes
     raise SimulationError(code, detail, message)
 
 

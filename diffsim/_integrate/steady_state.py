@@ -51,7 +51,14 @@ class SteadyState(eqx.Module):
       trajectory that grows or oscillates through its step budget, `invalid_input`, ...).
     - `residual`: the size of the vector field there, the RMS of f / (atol + rtol·|y|): at most
       1 at an equilibrium.
-    - `time`: how long the trajectory ran before it came to rest (0 for `method="newton"`).
+    - `time`: how long the trajectory ran before it came to rest (0 for `method="newton"`;
+      NaN where it did not).
+
+    A start within the tolerance of an unstable equilibrium (its field below atol) goes where
+    its trajectory goes: y* is the start only where the solve stays there. A stiff solver's
+    long steps damp a growth that stays below atol (y' = y from 1e-20 with `Rodas5P` rests
+    at 0, which to the tolerance it is): start farther than atol from an unstable state, or
+    lower atol, to follow the flow away from it.
     """
 
     y: PyTree
@@ -282,6 +289,20 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
         throw=False,
     )
     came_to_rest = sol.event_count == 1
+    # A start at rest whose trajectory leaves it (an unstable equilibrium within the tolerance
+    # of y0: an epidemic from I0 = 1e-11, whose field is below atol) is not where it comes to
+    # rest: where the trajectory comes back to rest is (the terminal event fires only after
+    # the condition has risen above zero), and one that leaves and never rests again (the
+    # state at max_time not at rest) found nothing. Only a start that stays at rest is y*.
+    # Where the solve to max_time did not finish (an explicit solver at a stable rest keeps
+    # its steps at the stability limit and runs out of max_steps; a blow-up), the linearised
+    # flow over max_time decides whether a start at rest stays there.
+    ended = sol.result == RESULTS.successful
+    still = _size(model, t0, _last(sol.ys), rest_rtol, rest_atol) <= 1 + 1e-3
+    stays = resting & ~came_to_rest & jnp.where(
+        ended, still, _stable(lambda y: field(y, model), y0_flat, max_time)
+    )
+    resting = resting & ~came_to_rest
     rested = jax.tree.map(lambda a, b: jnp.where(resting, a, b), y0, sol.event_state)
     rested_flat = ravel_pytree(rested)[0]
     root, polished = newton(rested_flat)
@@ -303,7 +324,7 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
     # a simulation that failed (an invalid y0 or parameter under jit is replaced by a finite
     # stand-in there) found nothing, even if its stand-in came to rest
     valid = jnp.all(jnp.isfinite(y0_flat)) & (sol.result != RESULTS.invalid_input)
-    found = (resting | came_to_rest) & settled & valid
+    found = (stays | came_to_rest) & settled & valid
     failure = jnp.where(sol.result == RESULTS.successful, RESULTS.no_steady_state, sol.result)
     failure = jnp.where(valid, failure, RESULTS.invalid_input)
     code = jnp.where(found, RESULTS.successful, failure)
@@ -344,6 +365,22 @@ def _equilibrium_jvp(primals, tangents, *, method, max_steps):
     return out, (y_dot, None, None)
 
 
+def _stable(field, y, horizon):
+    """Whether small deviations from y (a point at rest) stay small over `horizon` under the
+    linearised flow: every entry of exp(J·horizon) at most 1e3 (a decaying, conserved or
+    oscillating direction keeps it near 1; a growing one at rate λ multiplies it by e^(λ·T)).
+    A matrix exponential (XLA's Padé with squaring on every backend) rather than eigenvalues:
+    JAX computes non-symmetric eigenvalues on the CPU only."""
+    jacobian = jax.jacfwd(field)(lax.stop_gradient(y))
+    growth = jax.scipy.linalg.expm(jacobian * horizon)
+    return jnp.all(jnp.abs(growth) <= 1e3)  # NaN (an overflow) is unstable too
+
+
+def _last(ys):
+    """The state at the last output time of a solve's `ys`."""
+    return jax.tree.map(lambda y: y[-1], ys)
+
+
 def _conserved_directions(jacobian):
     """The left null vectors U of J (one column each, zero columns elsewhere; from an SVD,
     held constant): the totals Uᵀy that the model conserves."""
@@ -362,6 +399,7 @@ def _finish(model, t0, y, code, time, rtol, atol) -> SteadyState:
     residual = _size(model, t0, y, rtol, atol)
     # NaN where none was found, as a failed simulation's states
     y = jax.tree.map(lambda x: jnp.where(code == RESULTS.successful, x, jnp.nan), y)
+    time = jnp.where(code == RESULTS.successful, time, jnp.nan)  # it never came to rest
     return SteadyState(y=y, result=code.astype(jnp.int32), residual=residual, time=time)
 
 

@@ -24,7 +24,8 @@ def brownian_increment(key, index, shape, dt):
 
 class AbstractStochasticSolver(AbstractFixedStepSolver):
     """A fixed-step SDE method: `advance(model, t, y, dt, state, dw)` with the step's Brownian
-    increment `dw` (the fixed-step contract of `AbstractFixedStepSolver`)."""
+    increment `dw` (the fixed-step contract of `AbstractFixedStepSolver`). `order` is the
+    weak order (of expectations), `strong_order` the strong order (of paths)."""
 
     strong_order: eqx.AbstractClassVar[float]
     stochastic: ClassVar[bool] = True
