@@ -299,8 +299,10 @@ def _equilibrium(model, y0, times, tolerances, solver, *, method, max_steps):
     # flow over max_time decides whether a start at rest stays there.
     ended = sol.result == RESULTS.successful
     still = _size(model, t0, _last(sol.ys), rest_rtol, rest_atol) <= 1 + 1e-3
-    stays = resting & ~came_to_rest & jnp.where(
-        ended, still, _stable(lambda y: field(y, model), y0_flat, max_time)
+    stays = (
+        resting
+        & ~came_to_rest
+        & jnp.where(ended, still, _stable(lambda y: field(y, model), y0_flat, max_time))
     )
     resting = resting & ~came_to_rest
     rested = jax.tree.map(lambda a, b: jnp.where(resting, a, b), y0, sol.event_state)
