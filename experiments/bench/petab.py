@@ -204,9 +204,9 @@ def main(argv=None):
         starts = problem.uniform_starts(count, seed=0)
         best = max(reference, llh)
         outcomes = {"diffsim": run_diffsim(problem, starts)}
-        outcomes[peer] = run_peer(
-            problem, starts[: 1 if args.quick else args.peer_starts], args.quick, args.peer_seconds
-        )
+        peer_starts = starts[: 1 if args.quick else args.peer_starts]
+        if len(peer_starts):  # --peer-starts 0: diffsim's starts only
+            outcomes[peer] = run_peer(problem, peer_starts, args.quick, args.peer_seconds)
         best = max(best, *(float(np.max(o["llh"])) for o in outcomes.values()))
         shares = {}
         for method, out in outcomes.items():
@@ -229,7 +229,7 @@ def main(argv=None):
                 compile_s=out["compile"],
                 best_llh=float(np.max(out["llh"])),
             )
-        if not args.quick:
+        if not args.quick and peer in shares:
             ours, theirs = shares["diffsim"], shares[peer]
             checks.append(
                 (
