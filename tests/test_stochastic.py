@@ -144,6 +144,13 @@ def test_general_noise_shares_one_brownian_motion():
         (_GBMWithItsPath(), ds.Milstein(), jax.random.key(0), "Milstein needs diagonal"),
         # diagonal noise whose g_0 reads y_1: Milstein's ∂g_i/∂y_i by one jvp would be wrong
         (_CrossDiagonal(), ds.Milstein(), jax.random.key(0), r"g_0 depends on y_1 \(∂g_0/∂y_1"),
+        # ShARK takes additive noise only: diffrax's own error named neither solver nor model
+        (
+            _CrossDiagonal(),
+            ds.DiffraxSDE(diffrax.ShARK()),
+            jax.random.key(0),
+            r"diffrax.ShARK\(\) solves SDEs with additive noise only.*_CrossDiagonal",
+        ),
     ],
 )
 def test_wrong_pairings_get_clear_errors(model, solver, key, message):

@@ -66,6 +66,16 @@ class DiffraxSDE(AbstractStochasticSolver):
                 f"DiffraxSDE with diagonal noise needs a 1-D state, got shape {jnp.shape(y0)}; "
                 "flatten the state in the model, or use ds.EulerMaruyama / ds.Milstein"
             )
+        if _additive_only(self.solver) and _diffusion_reads_state(model, t0, y0):
+            # diffrax's own error ("Vector field of the diffusion term should be constant,
+            # independent of y") names neither the solver nor the model
+            name = type(self.solver).__name__
+            raise ValueError(
+                f"diffrax.{name}() solves SDEs with additive noise only (a diffusion "
+                f"independent of y), and {type(model).__name__}'s diffusion depends on y at "
+                "y0: use ds.DiffraxSDE(diffrax.SPaRK()) or ds.DiffraxSDE("
+                "diffrax.GeneralShARK()), or ds.Milstein() / ds.EulerMaruyama()"
+            )
 
     def noise(self, key, index, shape, dt):
         w = brownian_increment(key, index, shape, dt)
@@ -100,6 +110,23 @@ class DiffraxSDE(AbstractStochasticSolver):
         solver_state = self.solver.init(terms, t, t + dt, y, None)
         y1, *_ = self.solver.step(terms, t, t + dt, y, None, solver_state, made_jump=False)
         return y1, None
+
+
+def _additive_only(solver) -> bool:
+    """Whether a diffrax stochastic Runge–Kutta method takes additive noise only (its
+    tableau's noise coefficients are diffrax's `AdditiveCoeffs`: ShARK, SRA1, SEA)."""
+    tableau = getattr(solver, "tableau", None)
+    return type(getattr(tableau, "coeffs_w", None)).__name__ == "AdditiveCoeffs"
+
+
+def _diffusion_reads_state(model, t0, y0) -> bool:
+    """Whether the diffusion's derivative in y at (t0, y0) is nonzero (checked where the
+    inputs are concrete; a traced solve is left to diffrax's own check)."""
+    values = [t0, *jax.tree.leaves(y0), *jax.tree.leaves(eqx.filter(model, eqx.is_array))]
+    if any(isinstance(v, jax.core.Tracer) for v in values):
+        return False
+    _, slope = jax.jvp(lambda x: model.diffusion(t0, x), (y0,), (jnp.ones_like(y0),))
+    return bool(jnp.any(slope != 0))
 
 
 def _stratonovich_drift(model):
