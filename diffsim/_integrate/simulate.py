@@ -12,7 +12,7 @@ from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event, RateCondition, Records
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, DDE, ODE
 from .._results import RESULTS, SimulationError
-from .._solver.adaptive import unresolved_tolerance
+from .._solver.adaptive import AbstractDiffraxMethod, unresolved_tolerance
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     any_traced,
@@ -303,7 +303,7 @@ def simulate(
     if not throw:
         return solution
     resets = event_list is not None and any(e.reset is not None for e in event_list)
-    problem = (original, original_t0, y0, resets)
+    problem = (original, original_t0, y0, resets, len(event_list or ()))
     return raise_if_failed(solution, max_steps, solver, dtype, problem)
 
 
@@ -627,13 +627,29 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
         RESULTS.nonlinear_solver_failed,
     ):
         detail = f"Likely cause: {precision}"
+    if (
+        code == RESULTS.event_failed
+        and problem is not None
+        and problem[4] > 1
+        and isinstance(solver, AbstractDiffraxMethod)
+        and not solver.runs_own_loop("auto")
+    ):
+        # the likelier cause with several events in diffrax's loop leads the message
+        message = (
+            "an event could not be tracked: two of the events crossed in one step and diffrax "
+            f"(which runs {type(solver).__name__}) located the one listed first, not the "
+            "earliest. Give the solver a dtmax shorter than the time between them, or use an "
+            "explicit pair (ds.Tsit5, ...) or a Rosenbrock method (ds.Rodas5P, ...), which "
+            "locate the earliest. (Otherwise: a condition returned NaN or inf at a finite "
+            "state, or jumps without a zero; write it as a continuous signed distance.)"
+        )
     if code == RESULTS.step_size_collapsed and solver.stiff:
         message = (
             "the step size fell below dtmin: the solution may blow up (a finite-time "
             "singularity) or the model is not smooth there; lower dtmin or check the model"
         )
     if problem is not None:
-        model, t0, y0, resets = problem
+        model, t0, y0, resets, num_events = problem
         notes = failure_notes(model, solver, t0, y0, solution.ts, solution.ys, max_steps)
         if resets and model.mass_matrix is not None:
             notes += (
