@@ -27,9 +27,11 @@ def path_of(model, name: str) -> tuple[str, ...] | None:
             return None
         steps.append(match.group(1) if match.group(1) is not None else match.group(3))
         position = match.end()
-    # a bare name that is no field: an entry of the model's dict of named parameters
+    # a bare name that is an entry of the model's dict of named parameters names that entry,
+    # also where the model has a field of that name (a ds.ODE's parameter "mass" is not its
+    # mass matrix `mass`: a physicist's spring has one)
     field = getattr(type(model), "parameters_field", None)
-    if len(steps) == 1 and steps[0] not in _field_names(model) and field is not None:
+    if len(steps) == 1 and field is not None and steps[0] != field:
         named = getattr(model, field, None)
         if isinstance(named, Mapping) and steps[0] in named:
             steps = [field, steps[0]]

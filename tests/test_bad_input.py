@@ -960,3 +960,24 @@ def test_a_reset_that_breaks_a_dae_is_named_in_the_failure():
             events=kick,
             max_steps=200,
         )
+    # the detail and the note join with one ". " (they printed "max_steps=200; .  An event's")
+    with pytest.raises(ds.SimulationError) as raised:
+        ds.simulate(
+            dae,
+            jnp.array([1.0, 0.5]),
+            jnp.array([0.0, 5.0]),
+            solver=ds.Rodas5P(),
+            events=kick,
+            max_steps=200,
+        )
+    assert "max_steps=200. An event's reset" in str(raised.value)
+
+
+def test_a_model_function_with_its_arguments_swapped_is_named_in_plain_text():
+    # fn(p, t, y) where ds.ODE calls fn(t, y, params): y[1] of the dict raises KeyError, whose
+    # text printed in quotes ('y0 does not fit ODE ... KeyError: 1'); still a KeyError
+    swapped = ds.ODE(lambda p, t, y: jnp.stack([y[1], -p * y[0]]), {"k": 1.0})
+    with pytest.raises(KeyError) as raised:
+        ds.simulate(swapped, jnp.ones(2), jnp.linspace(0.0, 1.0, 3), solver=ds.RK4(), dt=0.1)
+    assert str(raised.value).startswith("y0 does not fit ODE, or its vector_field is broken")
+    assert str(raised.value).endswith("(ds.ODE calls fn(t, y, params) in this order)")

@@ -559,3 +559,33 @@ def test_axes_name_ode_dict_entries_and_nested_fields():
             dt=0.01,
             progress=False,
         )
+
+
+def test_a_parameter_named_like_a_field_of_ds_ode_is_the_parameter():
+    """A spring's parameter "mass" in a ds.ODE's dict: ds.ODE has a field `mass` (its mass
+    matrix, None here), and the sweep raised "ODE.__init__() got an unexpected keyword
+    argument 'mass'" while ds.fit said "ODE.mass is None (that term is switched off)". The
+    dict entry is what the name means: y' = −y/m from 1 at t = 2 is exp(−2/m), to RK4's
+    error at h = 0.01 (~1e-10); the fit recovers m from exact data."""
+    decay = ds.ODE(lambda t, y, p: -y / p["mass"], {"mass": 1.0})
+    masses = np.array([0.5, 1.0, 2.0])
+    result = ds.sweep(
+        decay,
+        {"mass": masses},
+        jnp.array([1.0]),
+        np.linspace(0.0, 2.0, 3),
+        solver=ds.RK4(),
+        dt=0.01,
+        reduce="final_state",
+        progress=False,
+    )
+    np.testing.assert_allclose(result["final_state"].values[:, 0], np.exp(-2 / masses), rtol=1e-8)
+    ts = np.linspace(0.0, 2.0, 9)
+    fit = ds.fit(
+        decay, jnp.array([1.0]), (ts, np.exp(-ts / 2.0)), params=["mass"], solver=ds.RK4(), dt=0.01
+    )
+    assert fit.params["mass"] == pytest.approx(2.0, rel=1e-6)  # RK4's error at h = 0.01
+    with pytest.raises(
+        ValueError, match=r"is not a parameter of ODE; its parameters are \['mass'\]"
+    ):
+        ds.sweep(decay, {"q": masses}, jnp.array([1.0]), ts, solver=ds.RK4(), dt=0.01)

@@ -103,7 +103,11 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     optimizer = result._settings.optimizer
     p, loss, code, jacobians = _refit_run(problem, data, scale, p0, optimizer)
     counts = np.sum(scale_np > 0, axis=tuple(range(1, missing.ndim)))
-    p, loss, jacobians = np.asarray(p), np.asarray(loss), np.asarray(jacobians)
+    # float64 for the algebra and the intervals (a float32 fit's log-scale interval overflowed
+    # float32 on the way: "overflow encountered in cast" for each replicate)
+    fitted = np.asarray(p)  # the replicates' values, in the fit's own dtype
+    p, loss = np.asarray(p, np.float64), np.asarray(loss, np.float64)
+    jacobians = np.asarray(jacobians, np.float64)
     stderr = np.full_like(p, np.nan)
     noise_known = result._settings.noise_known
     lower, upper = np.full_like(p, np.nan), np.full_like(p, np.nan)
@@ -121,7 +125,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     names = result.names
     return FitBatch(
         names=names,
-        params={n: p[:, i] for i, n in enumerate(names)},
+        params={n: fitted[:, i] for i, n in enumerate(names)},
         stderr={n: stderr[:, i] for i, n in enumerate(names)},
         intervals={n: np.stack([lower[:, i], upper[:, i]], 1) for i, n in enumerate(names)},
         converged=np.asarray(code) == FIT_RESULTS.converged,

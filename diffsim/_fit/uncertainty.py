@@ -234,8 +234,10 @@ def analyse(
         relative = stderr / np.abs(p)
     for name, r in zip(names, relative):
         if at_optimum and np.isfinite(r) and r > 1 and name not in flagged:
+            # a value at round-off of zero (a bound at 0 reached) makes the ratio astronomic
+            share = f"{100 * r:.0f}%" if r < 1e4 else f"{r:.1e} times it"
             notes.append(
-                f"{name}: its standard error exceeds its value ({100 * r:.0f}%); the data "
+                f"{name}: its standard error exceeds its value ({share}); the data "
                 "constrain it weakly (see ds.profile for a likelihood-based interval)"
             )
     if kinds is None:

@@ -525,7 +525,8 @@ def _check_state(model, y0, t0) -> None:
         raise _same_kind(
             error,
             f"y0 does not fit {name}, or its vector_field is broken: it failed on a state of "
-            f"shape {describe(y0)}: {type(error).__name__}: {error}",
+            f"shape {describe(y0)}: {type(error).__name__}: {error}"
+            + (" (ds.ODE calls fn(t, y, params) in this order)" if name == "ODE" else ""),
         ) from error
     if jax.tree.structure(out) != jax.tree.structure(y0) or any(
         a.shape != b.shape for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(y0))
@@ -547,10 +548,20 @@ def _check_state(model, y0, t0) -> None:
 def _same_kind(error: Exception, message: str) -> Exception:
     """`message` as an exception of `error`'s type where that type takes a message (so a
     user's own TypeError stays a TypeError), else as a ValueError."""
+    if isinstance(error, KeyError):  # KeyError's text would print in quotes, escaped
+        return ModelKeyError(message)
     try:
         return type(error)(message)
     except Exception:
         return ValueError(message)
+
+
+class ModelKeyError(KeyError):
+    """A KeyError raised in a model's function, re-raised naming the model; its text prints
+    as written (a plain KeyError quotes and escapes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def _check_events(events, model, t0, y0) -> None:

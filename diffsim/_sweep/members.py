@@ -159,15 +159,16 @@ class MemberSpec:
         fields = {f.name: f for f in dataclasses.fields(self.model)}
         for name in self.parameter_names:
             field = fields.get(name)
-            if field is None and self._path(name) is not None:
+            if self._path(name) is not None:
                 _check_finite(name, axes.values[name])  # a dict entry or a nested field
                 continue
             if field is None or field.metadata.get("static", False):
-                swept = [f for f, fl in fields.items() if not fl.metadata.get("static", False)]
-                named = [n for n in floating_names(self.model) if n not in fields]
+                swept = floating_names(self.model) or [
+                    f for f, fl in fields.items() if not fl.metadata.get("static", False)
+                ]
                 raise ValueError(
                     f"sweep axis {name!r} is not a parameter of {model_name}; its "
-                    f"parameters are {swept + named} (a nested module's field by its path, "
+                    f"parameters are {swept} (a nested module's field by its path, "
                     "e.g. 'drag.coefficient'), and initial-state axes are 'y0' or 'y0[i]'"
                 )
             current = getattr(self.model, name)
@@ -201,12 +202,11 @@ class MemberSpec:
             model = self.model(**parameters, **extra)
         else:
             # through the constructor, so the model's converters and checks see the values
-            fields = {f.name for f in dataclasses.fields(self.model)}
-            replaced = {n: v for n, v in parameters.items() if n in fields}
+            replaced = {n: v for n, v in parameters.items() if self._path(n) is None}
             model = dataclasses.replace(self.model, **replaced) if replaced else self.model
             for name, value in parameters.items():  # dict entries and nested fields
-                if name not in fields:
-                    path = self._path(name)
+                path = self._path(name)
+                if path is not None:
                     model = eqx.tree_at(lambda m, path=path: get(m, path), model, value)
         flat = values["y0"] if self.whole_y0 else self.flat_y0
         for name, i in self.component_names.items():
