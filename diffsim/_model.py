@@ -346,6 +346,8 @@ class DDE(AbstractDDE):
     params: Any
     lags: tuple
     constant_history: Any
+    # a bare name in ds.fit's params= and ds.sweep's axes: an entry of `params`, as for ds.ODE
+    parameters_field: ClassVar[str | None] = "params"
     # not static: a history that is an equinox Module (or a closure lifted by simulate) holds
     # arrays, which are traced and differentiated like parameters
     history_fn: Callable | None

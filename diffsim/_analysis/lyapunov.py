@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 
 from .._custom_types import State
 from .._integrate.simulate import simulate
-from .._model import AbstractODE, AbstractSDE, check_model
+from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model
 from .._solver.base import AbstractFixedStepSolver, check_solver
 from .._validate import (
     as_state,
@@ -192,6 +192,14 @@ def _check_model_and_solver(model, solver) -> None:
         raise TypeError(
             f"{type(model).__name__} is a stochastic model: lyapunov_exponent follows the tangent "
             "dynamics of a deterministic flow"
+        )
+    if isinstance(model, AbstractDDE):
+        # its state space is the whole past over the longest lag: restarting from the present
+        # state at every renormalisation would discard it
+        raise TypeError(
+            f"{type(model).__name__} is a delay equation: lyapunov_exponent follows the "
+            "tangent of an ODE's state, and a delay equation's state is its whole past over "
+            "the longest lag; it is not supported"
         )
     needs = (
         "a fixed-step deterministic solver such as ds.RK4() (the tangent is renormalized every "

@@ -8,7 +8,7 @@ each step is an ODE step with a known delayed input). The solution of a DDE is n
 t0 + k·τ (the jump in slope at t0 travels along the lags, one derivative smoother each time):
 adaptive solves end a step at each of these breakpoints, k = 1 … `BREAK_ORDERS`, for every lag.
 
-Explicit pairs (`Tsit5`, `Dopri5`, `Dopri8`) and Rosenbrock methods step adaptively; explicit
+Explicit pairs (`Tsit5`, `Dopri5`) and Rosenbrock methods step adaptively; explicit
 fixed-step Runge–Kutta methods (`RK4`, …) take constant steps of `dt` in the same loop, with a
 cubic Hermite interpolant on each step as their history. Derivatives in every mode by the
 loop's forward-mode Jacobian (`adaptive_loop.run_any_order`): the history's coefficients
@@ -39,6 +39,27 @@ from .time_grid import plan_fixed_steps
 # breakpoints t0 + k·τ for k = 1 … BREAK_ORDERS: after the k-th the solution's (k+1)-th
 # derivative is continuous, smooth enough for a method of order ≤ 5 past the 5th
 BREAK_ORDERS = 5
+# up to this many lags the breakpoints are every combination t0 + Σ kᵢτᵢ (1 ≤ Σ kᵢ ≤
+# BREAK_ORDERS: 20 for two lags, 55 for three); with more, each lag's own t0 + kτᵢ
+_COMBINED_LAGS = 3
+
+
+def _break_orders(num_lags: int) -> np.ndarray:
+    """(breakpoints, lags): the multiples kᵢ of each lag in t_jump + Σ kᵢτᵢ, 1 ≤ Σ kᵢ ≤
+    BREAK_ORDERS. Combinations matter: with lags 0.7 and 1.9 the kink at t0 + 2.6 left Tsit5
+    up to 100× its tolerance where the single-lag breakpoints alone were cut."""
+    if num_lags <= _COMBINED_LAGS:
+        grid = np.stack(
+            np.meshgrid(*[np.arange(BREAK_ORDERS + 1)] * num_lags, indexing="ij"), -1
+        ).reshape(-1, num_lags)
+        total = grid.sum(1)
+        return grid[(total >= 1) & (total <= BREAK_ORDERS)]
+    single = np.arange(1, BREAK_ORDERS + 1)[:, None, None] * np.eye(num_lags, dtype=int)[None]
+    return single.reshape(-1, num_lags)
+
+
+def _break_count(num_lags: int) -> int:
+    return _break_orders(num_lags).shape[0]
 
 
 def solve_dde(solver, request: SolveRequest) -> Solved:
@@ -98,21 +119,30 @@ def solve_dde(solver, request: SolveRequest) -> Solved:
             # a step cut at each breakpoint, and one for round-off at the end; each event
             # cuts a step, shifts the grid (one more step), and its reset adds breakpoints
             max_steps=total
-            + BREAK_ORDERS * len(model.delays())
+            + _break_count(len(model.delays()))
             + 2
-            + _event_budget(request.events) * (BREAK_ORDERS * len(model.delays()) + 2),
+            + _event_budget(request.events) * (_break_count(len(model.delays())) + 2),
             dense=request.dense,
         )
     if solver.delay_stepping == "rosenbrock":
         method, error_order = RosenbrockMethod(solver), solver.error_order
     elif solver.delay_stepping == "explicit_pair":
+        if solver._interpolant_below_order:
+            # a step reads its delayed states from the steps before it, through their dense
+            # output: Dopri8's (degree 7, below its order) stalled at 5e-8 from 1e-6 down to
+            # 1e-12 (y' = −y(t − 1), 22 steps of about τ), unseen by the step control
+            raise NotImplementedError(
+                f"{type(solver).__name__} cannot step a delay equation accurately: its dense "
+                "output, from which each step reads the delayed states, is of lower order "
+                "than its steps; use ds.Tsit5 or ds.Dopri5 (or ds.Rodas5P for a stiff one)"
+            )
         inner = solver.to_diffrax()
         method = ExplicitPair(inner)
         error_order = inner.order(diffrax.ODETerm(model.vector_field))
     else:
         raise NotImplementedError(
             f"{type(solver).__name__} cannot step a delay equation: use an explicit pair "
-            "(ds.Tsit5, ds.Dopri5, ds.Dopri8), a Rosenbrock method (ds.Rodas5P) for a stiff "
+            "(ds.Tsit5, ds.Dopri5), a Rosenbrock method (ds.Rodas5P) for a stiff "
             "one, or an explicit fixed-step method (ds.RK4)"
         )
     dt = check_adaptive_request(solver, request)
@@ -211,15 +241,20 @@ class _DelayStepper:
 
     @property
     def breaks_per_jump(self) -> int:
-        return BREAK_ORDERS * len(self.model.delays())
+        return _break_count(len(self.model.delays()))
 
     def jump_breaks(self, t_jump):
         """Where a jump of the solution (or its slope) at `t_jump` makes it not smooth:
-        t_jump + k·τ for k = 1 … BREAK_ORDERS and every lag τ, sorted."""
+        t_jump + Σ kᵢτᵢ (`_break_orders`), sorted; a breakpoint within round-off of the one
+        before it (2τ₁ = τ₂ computed two ways) is dropped (inf), so that no step is cut to
+        a length of round-off."""
         dtype = jnp.result_type(t_jump)
         lags = jnp.stack([jnp.asarray(lag, dtype) for lag in self.model.delays()])
-        orders = jnp.arange(1, BREAK_ORDERS + 1, dtype=dtype)
-        return jnp.sort((t_jump + orders[:, None] * lags[None, :]).reshape(-1))
+        orders = jnp.asarray(_break_orders(lags.shape[0]), dtype)
+        times = jnp.sort(t_jump + orders @ lags)
+        slack = 64 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(times), 1.0)
+        repeated = jnp.concatenate([jnp.zeros(1, bool), jnp.diff(times) <= slack[1:]])
+        return jnp.sort(jnp.where(repeated, jnp.inf, times))
 
     def present(self, past, t, t_next) -> "_Present":
         """The model as the step from t to t_next sees it: its delayed states read from `past`
