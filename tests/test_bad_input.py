@@ -951,17 +951,10 @@ def test_a_reset_that_breaks_a_dae_is_named_in_the_failure():
         mass_matrix=jnp.diag(jnp.array([1.0, 0.0])),
     )
     kick = ds.Event(lambda t, y: y[0] - 0.5, reset=lambda t, y: y.at[1].set(1.0), direction=-1)
-    with pytest.raises(ds.SimulationError, match="reset of a model with a mass matrix must"):
-        ds.simulate(
-            dae,
-            jnp.array([1.0, 0.5]),
-            jnp.array([0.0, 5.0]),
-            solver=ds.Rodas5P(),
-            events=kick,
-            max_steps=200,
-        )
     # the detail and the note join with one ". " (they printed "max_steps=200; .  An event's")
-    with pytest.raises(ds.SimulationError) as raised:
+    with pytest.raises(
+        ds.SimulationError, match="reset of a model with a mass matrix must"
+    ) as raised:
         ds.simulate(
             dae,
             jnp.array([1.0, 0.5]),

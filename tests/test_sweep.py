@@ -530,35 +530,32 @@ def test_distributed_initialize_outside_a_cluster_is_a_single_process(monkeypatc
     assert ds._sweep.distributed._detect_cluster() == "SLURM"
 
 
+def _decay_finals(model, axes):
+    """Final states at t = 2 from 1 of a sweep of `model` over `axes` (RK4, h = 0.01)."""
+    result = ds.sweep(
+        model,
+        axes,
+        jnp.array([1.0]),
+        np.linspace(0.0, 2.0, 3),
+        solver=ds.RK4(),
+        dt=0.01,
+        reduce="final_state",
+        progress=False,
+    )
+    return result["final_state"].values[:, 0]
+
+
 def test_axes_name_ode_dict_entries_and_nested_fields():
     # the names ds.fit's params= takes: a ds.ODE's dict entry ("k", "params.k"); the final
     # state of y' = -k y from 1 at t = 2 is exp(-2k), to RK4's error at h = 0.01 (~1e-10)
     decay = ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5})
     rates = np.array([0.1, 0.5, 2.0])
     for name in ("k", "params.k"):
-        result = ds.sweep(
-            decay,
-            {name: rates},
-            jnp.array([1.0]),
-            np.linspace(0.0, 2.0, 3),
-            solver=ds.RK4(),
-            dt=0.01,
-            reduce="final_state",
-            progress=False,
-        )
         np.testing.assert_allclose(
-            result["final_state"].values[:, 0], np.exp(-2 * rates), rtol=1e-8
+            _decay_finals(decay, {name: rates}), np.exp(-2 * rates), rtol=1e-8
         )
     with pytest.raises(ValueError, match=r"sweep axis 'q' is not a parameter of ODE; .*'k'"):
-        ds.sweep(
-            decay,
-            {"q": rates},
-            jnp.array([1.0]),
-            np.linspace(0.0, 2.0, 3),
-            solver=ds.RK4(),
-            dt=0.01,
-            progress=False,
-        )
+        _decay_finals(decay, {"q": rates})
 
 
 def test_a_parameter_named_like_a_field_of_ds_ode_is_the_parameter():
@@ -569,17 +566,9 @@ def test_a_parameter_named_like_a_field_of_ds_ode_is_the_parameter():
     error at h = 0.01 (~1e-10); the fit recovers m from exact data."""
     decay = ds.ODE(lambda t, y, p: -y / p["mass"], {"mass": 1.0})
     masses = np.array([0.5, 1.0, 2.0])
-    result = ds.sweep(
-        decay,
-        {"mass": masses},
-        jnp.array([1.0]),
-        np.linspace(0.0, 2.0, 3),
-        solver=ds.RK4(),
-        dt=0.01,
-        reduce="final_state",
-        progress=False,
+    np.testing.assert_allclose(
+        _decay_finals(decay, {"mass": masses}), np.exp(-2 / masses), rtol=1e-8
     )
-    np.testing.assert_allclose(result["final_state"].values[:, 0], np.exp(-2 / masses), rtol=1e-8)
     ts = np.linspace(0.0, 2.0, 9)
     fit = ds.fit(
         decay, jnp.array([1.0]), (ts, np.exp(-ts / 2.0)), params=["mass"], solver=ds.RK4(), dt=0.01
@@ -588,4 +577,4 @@ def test_a_parameter_named_like_a_field_of_ds_ode_is_the_parameter():
     with pytest.raises(
         ValueError, match=r"is not a parameter of ODE; its parameters are \['mass'\]"
     ):
-        ds.sweep(decay, {"q": masses}, jnp.array([1.0]), ts, solver=ds.RK4(), dt=0.01)
+        _decay_finals(decay, {"q": masses})

@@ -12,7 +12,7 @@ from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event, RateCondition, Records
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, DDE, ODE
 from .._results import RESULTS, SimulationError
-from .._solver.adaptive import AbstractDiffraxMethod, unresolved_tolerance
+from .._solver.adaptive import unresolved_tolerance
 from .._solver.base import AbstractSolver, check_solver
 from .._validate import (
     any_traced,
@@ -642,7 +642,7 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
         code == RESULTS.event_failed
         and problem is not None
         and problem[4] > 1
-        and isinstance(solver, AbstractDiffraxMethod)
+        and solver.adaptive
         and not solver.runs_own_loop("auto")
     ):
         # the likelier cause with several events in diffrax's loop leads the message
