@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._events import round_off_time
 from .._model import AbstractDDE
 from .._solver.runge_kutta import AbstractRungeKutta
 from .._validate import is_traced
@@ -252,7 +253,7 @@ class _DelayStepper:
         lags = jnp.stack([jnp.asarray(lag, dtype) for lag in self.model.delays()])
         orders = jnp.asarray(_break_orders(lags.shape[0]), dtype)
         times = jnp.sort(t_jump + orders @ lags)
-        slack = 64 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(times), 1.0)
+        slack = round_off_time(dtype, jnp.maximum(jnp.abs(times), 1.0))
         repeated = jnp.concatenate([jnp.zeros(1, bool), jnp.diff(times) <= slack[1:]])
         return jnp.sort(jnp.where(repeated, jnp.inf, times))
 

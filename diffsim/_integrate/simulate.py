@@ -590,9 +590,9 @@ _MESSAGES = tuple(code.message for code in RESULTS)
 
 def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=None) -> Solution:
     """Raise `ds.SimulationError` for a failed solve (under jit/vmap, the compiled program's
-    error), its text saying what to do; `problem` = (model, t0, y0, whether an event resets)
-    lets it name a model hook, a delay equation's lag or history, or a DAE's reset that
-    caused the failure."""
+    error), its text saying what to do; `problem` = (model, t0, y0, whether an event resets,
+    the number of events) lets it name a model hook, a delay equation's lag or history, a
+    DAE's reset, or two events crossing in one diffrax step that caused the failure."""
     if is_traced(solution.result) or any_traced(solution.ys):
         # Inside jit/vmap/grad: the error is raised by the compiled program when it runs.
         # every output carries the check, so that a caller who reads only the event times
@@ -660,7 +660,7 @@ def raise_if_failed(solution: Solution, max_steps: int, solver, dtype, problem=N
             "singularity) or the model is not smooth there; lower dtmin or check the model"
         )
     if problem is not None:
-        model, t0, y0, resets, num_events = problem
+        model, t0, y0, resets, _ = problem
         notes = failure_notes(model, solver, t0, y0, solution.ts, solution.ys, max_steps)
         if resets and model.mass_matrix is not None:
             notes += (

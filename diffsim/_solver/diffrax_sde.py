@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import lineax as lx
 
-from .stochastic import AbstractStochasticSolver, brownian_increment
+from .stochastic import AbstractStochasticSolver, brownian_increment, concrete_inputs
 
 
 class DiffraxSDE(AbstractStochasticSolver):
@@ -122,8 +122,7 @@ def _additive_only(solver) -> bool:
 def _diffusion_reads_state(model, t0, y0) -> bool:
     """Whether the diffusion's derivative in y at (t0, y0) is nonzero (checked where the
     inputs are concrete; a traced solve is left to diffrax's own check)."""
-    values = [t0, *jax.tree.leaves(y0), *jax.tree.leaves(eqx.filter(model, eqx.is_array))]
-    if any(isinstance(v, jax.core.Tracer) for v in values):
+    if not concrete_inputs(model, t0, y0):
         return False
     _, slope = jax.jvp(lambda x: model.diffusion(t0, x), (y0,), (jnp.ones_like(y0),))
     return bool(jnp.any(slope != 0))

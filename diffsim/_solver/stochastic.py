@@ -81,13 +81,19 @@ class Milstein(AbstractStochasticSolver):
         return y + model.drift(t, y) * dt + g * dw + 0.5 * g * dg * (dw**2 - dt), None
 
 
+def concrete_inputs(model, t0, y0) -> bool:
+    """Whether t0, y0 and the model's arrays are concrete (not traced): where a diffusion can
+    be probed before the solve."""
+    values = [t0, *jax.tree.leaves(y0), *jax.tree.leaves(eqx.filter(model, eqx.is_array))]
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
 def _check_diagonal_dependence(model, t0, y0, largest: int = 256) -> None:
     """Milstein's ∂gᵢ/∂yᵢ by one forward-mode derivative is right only where gᵢ depends on yᵢ
     alone: refuse a diffusion whose Jacobian at (t0, y0) has an entry off its diagonal (it
     would add a wrong term silently). Checked where everything is concrete and the state is
     small (a traced solve, or a large state, is left unchecked)."""
-    values = [t0, y0, *jax.tree.leaves(eqx.filter(model, eqx.is_array))]
-    if any(isinstance(v, jax.core.Tracer) for v in values) or jnp.size(y0) > largest:
+    if not concrete_inputs(model, t0, y0) or jnp.size(y0) > largest:
         return
     y0 = jnp.asarray(y0)
     size = y0.size
