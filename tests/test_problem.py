@@ -248,7 +248,7 @@ def test_a_pure_scaling_factor_is_set_in_closed_form():
     tables = problem.tables
     x = jnp.asarray([np.log10(0.5), np.log10(0.7)])
     r = jax.jit(lambda x: residuals(problem, to_natural_values(x, tables.scales)))(x)
-    refined = _closed_form_refinement(problem)(x, r)
+    refined = _closed_form_refinement(problem)(x, r, tables.lower, tables.upper)
     # exact given h; h is the solve's (its rtol 1e-8 bounds the relative error of s)
     assert 10 ** float(refined[1]) == pytest.approx(3.0, rel=1e-7)
     assert not study(lambda t, y, p: p["s"] * y[0] + 0.1).tables.scalings
@@ -371,6 +371,24 @@ def test_bad_studies_are_refused_with_what_to_do():
     assert np.all(beyond.uniform_starts(8)[:, 0] <= 1.0)
     with pytest.warns(UserWarning, match=r"unknowns \['kk'\] are estimated but read by nothing"):
         problem(unknowns={**unknowns, "kk": ds.Unknown(1.0)})
+    # an unknown every experiment sets to a number of its own is as unread: its fit stayed at
+    # its start, "converged"
+    with pytest.warns(UserWarning, match=r"unknowns \['k'\] are estimated, but every experiment"):
+        problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"k": 0.5})])
+    # a data column sets its rows' observables and σ, not the experiment's one simulation: a
+    # column naming the model's k was silently ignored by it
+    column = {**data, "k": np.full(len(data["time"]), 5.0)}
+    with pytest.raises(ValueError, match=r"data column 'k' names a parameter its simulation"):
+        problem(experiments=[ds.Experiment(column, y0=jnp.array([1.0]))])
+    with pytest.raises(ValueError, match=r"data column 'a' names a parameter its simulation"):
+        problem(
+            experiments=[
+                ds.Experiment(
+                    {**data, "a": np.ones(len(data["time"]))}, y0=lambda p: jnp.stack([p["a"]])
+                )
+            ],
+            unknowns={**unknowns, "a": ds.Unknown(1.0)},
+        )
     with pytest.raises(ValueError, match=r"name observables \['z'\] the study does not define"):
         problem(experiments=[ds.Experiment(_long([1.0], "z", np.ones(1)), y0=jnp.ones(1))])
     with pytest.raises(ValueError, match="log10-normal noise, but a measurement of it is -1"):
@@ -939,6 +957,42 @@ def test_profile_intervals_of_a_gaussian_study_are_exact_on_any_grid():
     np.testing.assert_allclose(wide.interval, exact, atol=1e-5 * se)
     with pytest.raises(ValueError, match=r"range \(6.0, 7.0\) lies outside its bounds"):
         ds.profile(result, "a", range=(6.0, 7.0), points=3)
+
+
+def test_profile_of_a_scaling_with_estimated_noise_matches_the_closed_form():
+    """y = s·e^{−kt} with s, k and σ estimated: at a pinned s the profile's σ is the maximum-
+    likelihood σ for that s, so the deviance is n·log(S_min(s)/Ŝ) (S the residual sum of
+    squares, minimised over k). The closed-form refinement moved s to its own optimum, set σ
+    from those residuals (σ too small for the pinned s), then s was clipped back: deviances up
+    to 0.39 too large, a too narrow interval, 20 of 21 points unconverged."""
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(7)
+    ts = np.linspace(0.3, 4.0, 12)
+    values = 2.0 * np.exp(-0.5 * ts) + 0.05 * rng.normal(size=ts.size)
+    problem = ds.Problem(
+        DECAY,
+        [ds.Experiment(_long(ts, "y", values), y0=jnp.array([1.0]))],
+        {"y": ds.Observable(lambda t, y, p: p["s"] * y[0], sigma="sigma")},
+        {
+            "k": ds.Unknown(0.3, bounds=(1e-3, 10.0), scale="log10"),
+            "s": ds.Unknown(1.0, bounds=(0.01, 100.0), scale="log10"),
+            "sigma": ds.Unknown(0.1, bounds=(1e-4, 10.0), scale="log10"),
+        },
+        solver=ds.Tsit5(rtol=1e-10, atol=1e-12),
+    )
+    result = ds.fit(problem, progress=False)
+    profile = ds.profile(result, "s", points=7)
+
+    def smallest_sum(s):  # over k, to 1e-13 in log k
+        sums = lambda log_k: np.sum((values - s * np.exp(-np.exp(log_k) * ts)) ** 2)  # noqa: E731
+        return minimize_scalar(sums, bounds=(-5, 2), method="bounded", options={"xatol": 1e-13}).fun
+
+    best = smallest_sum(result.params["s"])
+    exact = [ts.size * np.log(smallest_sum(s) / best) for s in np.asarray(profile.values)]
+    assert np.all(np.asarray(profile.converged))
+    # the fits' tolerances (rtol 1e-8 on the loss) bound the deviance's error far below 1e-4
+    np.testing.assert_allclose(np.asarray(profile.deviance), exact, atol=1e-4)
 
 
 def test_a_study_in_small_units_has_the_same_uncertainty():

@@ -29,7 +29,8 @@ class _State(NamedTuple):
     loss: jax.Array  # Σ r²
     damping: jax.Array  # λ, relative to the scaling D²
     growth: jax.Array  # ν of Nielsen's update: how fast λ grows after a rejected step
-    scale: jax.Array  # D: the running maximum of the Jacobian's column norms
+    scale: jax.Array  # D: 1 for the Levenberg steps, then the running maximum of the
+    # Jacobian's column norms
     step: jax.Array  # iterations taken
     evaluations: jax.Array  # residual evaluations
     history: jax.Array  # (max_steps + 1,) the loss after each iteration
@@ -38,25 +39,42 @@ class _State(NamedTuple):
 
 
 def minimize(
-    residual_fn, x0, lower, upper, *, max_steps: int, rtol: float, atol: float, refine=None
+    residual_fn,
+    x0,
+    lower,
+    upper,
+    *,
+    max_steps: int,
+    rtol: float,
+    atol: float,
+    refine=None,
+    levenberg_steps: int = 0,
 ) -> Optimum:
     """Minimise Σ residual_fn(x)² over lower ≤ x ≤ upper from x0 (inside the box; bounds may
     be ±inf). Traceable. Returns an `Optimum` whose `u` is the optimum x itself.
 
-    `refine(x, r) -> x`, where given, moves an accepted point (x, with residuals r) to one of
-    no larger loss before the next linearisation: `ds.Problem` sets its noise parameters
-    there to their closed-form optimum (hierarchical optimisation, Loos et al. 2018)."""
+    `refine(x, r, lower, upper) -> x`, where given, moves an accepted point (x, with residuals
+    r) to one of no larger loss within the box before the next linearisation: `ds.Problem`
+    sets its noise parameters there to their closed-form optimum (hierarchical optimisation,
+    Loos et al. 2018). It is given this box, not the problem's bounds: a profile pins an
+    unknown there, and what the refinement computes from it must use the pinned value.
+
+    The first `levenberg_steps` iterations damp every unknown alike (D = 1, Levenberg's
+    method), then MINPACK's scaling takes over (D the running maximum of the column norms,
+    from the norms at the switch): for unknowns on one scale (log10 rates) isotropic damping
+    keeps early steps to the nearest descent, where MINPACK's lets an insensitive unknown
+    leap across its box (into another basin or a plateau); MINPACK's then converges fast."""
     dtype = x0.dtype
     lower = jnp.asarray(lower, dtype)
     upper = jnp.asarray(upper, dtype)
     x0 = jnp.clip(x0, lower, upper)
     if refine is not None:
-        x0 = jnp.clip(refine(x0, residual_fn(x0)), lower, upper)
+        x0 = jnp.clip(refine(x0, residual_fn(x0), lower, upper), lower, upper)
 
     r0, jacobian0 = _linearised(residual_fn, x0)
     loss0 = jnp.sum(r0**2)
     norms = jnp.sqrt(jnp.sum(jacobian0**2, axis=0))
-    scale0 = jnp.where(norms > 0, norms, 1.0)
+    scale0 = jnp.ones_like(norms) if levenberg_steps else jnp.where(norms > 0, norms, 1.0)
     history = jnp.full(max_steps + 1, jnp.nan, dtype).at[0].set(loss0)
     finite0 = jnp.isfinite(loss0) & jnp.all(jnp.isfinite(jacobian0))
     init = _State(
@@ -100,7 +118,7 @@ def minimize(
         growth = jnp.where(accept, 2.0, state.growth * 2.0)
 
         if refine is not None:
-            refined = jnp.clip(refine(trial, r_trial), lower, upper)
+            refined = jnp.clip(refine(trial, r_trial, lower, upper), lower, upper)
             # the refinement must not cost a rejected step its nonfinite test
             refined = jnp.where(jnp.all(jnp.isfinite(refined)), refined, trial)
         else:
@@ -113,7 +131,7 @@ def minimize(
         x_new = jnp.where(accept, refined, x)
         loss_new = jnp.where(accept, jnp.sum(r_new**2), state.loss)
         norms = jnp.sqrt(jnp.sum(jacobian_new**2, axis=0))
-        scale = jnp.maximum(state.scale, norms)
+        scale = _scaling(norms, state.scale, state.step + 1, levenberg_steps)
         # converged: the step (accepted) below the tolerances in every unknown with a small
         # change of the loss, or a projected gradient at round-off; or a damping so large that
         # no step the iterate can resolve is left, which is judged after the loop (`_settled`)
@@ -151,6 +169,18 @@ def minimize(
     code = jnp.where(stalled & settled, FIT_RESULTS.converged, final.code)
     code = jnp.where(final.done, code, FIT_RESULTS.max_iterations_reached)
     return Optimum(final.x, final.loss, final.history, final.step, final.evaluations, code)
+
+
+def _scaling(norms, previous, step, levenberg_steps: int):
+    """D after iteration `step`: 1 during the Levenberg steps, then the running maximum of
+    the Jacobian's column norms (a column of zeros keeps 1 until it has one)."""
+    running = jnp.maximum(previous, norms)
+    if not levenberg_steps:
+        return running
+    first = jnp.where(norms > 0, norms, 1.0)
+    return jnp.where(
+        step < levenberg_steps, 1.0, jnp.where(step == levenberg_steps, first, running)
+    )
 
 
 def _settled(state: _State, lower, upper, rtol):

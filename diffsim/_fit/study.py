@@ -979,6 +979,20 @@ def _inputs_read(fn, args: tuple, where: str, problem: Problem):
     return out, shapes[0] if len(shapes) == 1 else None
 
 
+def _check_row_columns(rows, simulated: set, label: str) -> None:
+    """A data column sets its parameter for the observables and σ of its rows only: the
+    experiment is simulated once, so a column naming a parameter of the simulation (the
+    model's or its initial state's) would be silently ignored there."""
+    for column in rows.overrides:
+        if column in simulated:
+            raise ValueError(
+                f"{label}'s data column {column!r} names a parameter its simulation reads: "
+                "a column's values apply to its rows' observables and noise only (the "
+                "experiment is simulated once). Give each value of it an experiment of its "
+                f"own, with set={{{column!r}: value}}"
+            )
+
+
 def _check_functions(problem: Problem) -> None:
     """Every experiment's state of one shape; every observable and σ function one number,
     reading only parameters the study has; no σ fixed at a value ≤ 0; and a warning for each
@@ -990,13 +1004,16 @@ def _check_functions(problem: Problem) -> None:
         for key, column in rows.overrides.items():
             read |= {key} | {cell for cell in column if isinstance(cell, str)}
     shapes = []
-    for experiment, label in zip(problem.experiments, problem.experiment_names):
+    for experiment, label, rows in zip(problem.experiments, problem.experiment_names, problem.rows):
+        simulated = set(problem.model_parameters)
         if callable(experiment.y0):
             names, shape = _inputs_read(experiment.y0, (), f"{label}'s y0 function", problem)
             read |= names
+            simulated |= names
         else:
             shape = np.shape(np.asarray(experiment.y0))
         shapes.append(shape)
+        _check_row_columns(rows, simulated, label)
         if shape != shapes[0]:
             raise ValueError(
                 f"{label}'s initial state has shape {shape}, {problem.experiment_names[0]}'s "
@@ -1041,7 +1058,39 @@ def _check_functions(problem: Problem) -> None:
             "initial-state function reads them (a typo in the name?): their values do not "
             "change the likelihood, and a fit leaves them where they start"
         )
+    overridden = _overridden_everywhere(problem)
+    if overridden:
+        warn(
+            f"unknowns {overridden} are estimated, but every experiment's set gives them "
+            "other values: their own values are never used, so they do not change the "
+            "likelihood and a fit leaves them where they start. Estimate what the experiments "
+            "set them to (set={'k': 'k_treated'} with 'k_treated' an unknown), or leave them "
+            "out of the unknowns"
+        )
     _check_fixed_sigmas(problem)
+
+
+def _overridden_everywhere(problem: Problem) -> list:
+    """The estimated parameters whose own value nothing uses: every experiment's `set` gives
+    them another value, and no setting, change or data cell names them as its value."""
+    named = set()
+    for experiment in problem.experiments:
+        for settings in (experiment.set or {}, experiment.pre_equilibrate):
+            if isinstance(settings, Mapping):
+                named |= {v for v in settings.values() if isinstance(v, str)}
+    for changes in problem.changes:
+        for change in changes:
+            values = (*change.parameters.values(), *change.states.values())
+            named |= {v for v in values if isinstance(v, str)}
+    for rows in problem.rows:
+        for cells in rows.overrides.values():
+            named |= {cell for cell in cells if isinstance(cell, str)}
+    return [
+        name
+        for name in problem.names
+        if name not in named
+        and all(isinstance(e.set, Mapping) and name in e.set for e in problem.experiments)
+    ]
 
 
 def _holds_arrays(value) -> bool:

@@ -16,16 +16,22 @@ For each:
             (NumPy `default_rng(0)`, as `diffsim fit problem.yaml` draws them and the
             collection's benchmarks do): how many reach the best known llh (within 0.1), the
             median time per start and the time per start that reached it (compile apart).
-            The peer: scipy's `least_squares(trf)` over `solve_ivp(LSODA)` on the same
-            residuals and scales (experiments/bench/studies.py) from the first P of the same
-            starts, each capped in time. pyPESTO + AMICI, the field's reference, is not wired
-            in: AMICI is a source build (SUNDIALS and each model compiled with swig).
+            The peer, from the first P of the same starts: pyPESTO + AMICI (the field's
+            reference: AMICI compiles the SBML model to C++ with forward sensitivities;
+            pyPESTO optimises with fides, its trust region on AMICI's Fisher information, and
+            with its default, scipy's L-BFGS-B) where `amici`, `pypesto` and `fides` import
+            (`pip install swig amici pypesto fides`: AMICI builds from source with the
+            system's C++ compiler, ~3 minutes; not a dependency of the bench extra); else
+            scipy's `least_squares(trf)` over `solve_ivp(LSODA)` on the same residuals and
+            scales (experiments/bench/studies.py), each start capped in time.
 
 Run: `python experiments/bench/petab.py [--starts S] [--peer-starts P] [--problems A,B]
-[--quick]` (quick, for CI: Boehm alone, 2 starts, 1 peer start).
+[--peer scipy|pypesto] [--quick]` (quick, for CI: Boehm alone, 2 starts, 1 peer start).
 """
 
 import argparse
+import logging
+import math
 import os
 import statistics
 import sys
@@ -152,12 +158,97 @@ def run_peer(problem, starts, quick: bool, seconds: float) -> dict:
     return dict(llh=_finite(values), run=float(np.sum(times)), compile=0.0)
 
 
+def pypesto_importable() -> bool:
+    """Whether pyPESTO, AMICI and fides import (AMICI also needs `swig` to compile a model).
+    This file's folder leaves the module search path meanwhile: its name would shadow the
+    `petab` library that pyPESTO imports."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import amici  # noqa: F401
+        import fides  # noqa: F401
+        import petab.v1  # noqa: F401
+        import pypesto.petab  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        sys.path[:] = saved
+    return True
+
+
+def run_pypesto(path: Path, problem, starts) -> dict:
+    """pyPESTO + AMICI from the same starts on the same scales: {optimiser: outcome}, fides
+    (pyPESTO's recommendation with AMICI: a trust region on the Fisher information) and its
+    default (scipy's L-BFGS-B), one start after another on one core as diffsim's. The model
+    is compiled afresh (its compile time reported); AMICI's objective is −llh."""
+    import tempfile
+
+    import petab.v1 as petab_v1
+    import pypesto.optimize as optimize
+    import pypesto.petab
+
+    # AMICI logs every failed trial simulation (routine at extreme starts) and its mappings
+    for name in ("amici", "pypesto"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # the swig that pip installs lives beside this interpreter, which AMICI's build looks for
+    # on PATH
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    clock = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="amici-") as folder:
+        importer = pypesto.petab.PetabImporter(
+            petab_v1.Problem.from_yaml(str(path)),
+            output_folder=folder,
+            model_name=path.stem.replace("-", "_"),
+        )
+        peer_problem = importer.create_problem(verbose=False)
+        compile_s = time.perf_counter() - clock
+        scaled = scaled_on_host(starts, problem.tables.scales)
+        column = {name: i for i, name in enumerate(problem.names)}
+        free = [peer_problem.x_names[i] for i in peer_problem.x_free_indices]
+        unknown = sorted(set(free) - set(column))
+        if unknown:
+            raise ValueError(f"{path.name}: pyPESTO estimates {unknown}, which diffsim does not")
+        # pyPESTO takes guesses of every parameter, the fixed ones at their values
+        guesses = np.zeros((len(starts), peer_problem.dim_full))
+        guesses[:, peer_problem.x_fixed_indices] = peer_problem.x_fixed_vals
+        guesses[:, peer_problem.x_free_indices] = np.asarray(scaled)[
+            :, [column[name] for name in free]
+        ]
+        outcomes = {}
+        for label, optimizer in (
+            ("fides", optimize.FidesOptimizer(verbose=0)),
+            ("L-BFGS-B", optimize.ScipyOptimizer()),
+        ):
+            peer_problem.set_x_guesses(guesses)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = optimize.minimize(
+                    peer_problem, optimizer=optimizer, n_starts=len(guesses), progress_bar=False
+                )
+            runs = result.optimize_result.list
+            outcomes[f"pyPESTO + AMICI ({label})"] = dict(
+                llh=_finite([-float(r.fval) for r in runs]),
+                run=float(sum(r.time for r in runs)),
+                compile=compile_s,
+            )
+    return outcomes
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=20, help="0: no fits")
-    parser.add_argument("--peer-starts", type=int, default=3)
+    parser.add_argument(
+        "--peer-starts", type=int, default=None, help="default: every start (pyPESTO), 3 (scipy)"
+    )
     parser.add_argument("--peer-seconds", type=float, default=300.0, help="per peer start")
     parser.add_argument("--problems", default=",".join(sorted(AMICI)))
+    parser.add_argument(
+        "--peer",
+        choices=("auto", "scipy", "pypesto"),
+        default="auto",
+        help="auto: pyPESTO + AMICI where they import, else scipy",
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     print(machine_line())
@@ -165,7 +256,11 @@ def main(argv=None):
     unknown = sorted(set(names) - set(AMICI))
     if unknown:
         parser.error(f"unknown problems {unknown}; known: {sorted(AMICI)}")
-    peer = "scipy"
+    peer = args.peer
+    if peer == "auto":
+        peer = "pypesto" if pypesto_importable() else "scipy"
+    elif peer == "pypesto" and not pypesto_importable():
+        parser.error("--peer pypesto: amici, pypesto and fides do not import here")
     checks, loads, fits = [], [], []
     for name in names:
         (path,) = (DATA / name).glob("*.yaml")
@@ -204,8 +299,16 @@ def main(argv=None):
         starts = problem.uniform_starts(count, seed=0)
         best = max(reference, llh)
         outcomes = {"diffsim": run_diffsim(problem, starts)}
-        peer_starts = starts[: 1 if args.quick else args.peer_starts]
-        if len(peer_starts):  # --peer-starts 0: diffsim's starts only
+        if args.quick:
+            peer_count = 1
+        elif args.peer_starts is None:
+            peer_count = count if peer == "pypesto" else 3
+        else:
+            peer_count = args.peer_starts
+        peer_starts = starts[:peer_count]
+        if len(peer_starts) and peer == "pypesto":
+            outcomes.update(run_pypesto(path, problem, peer_starts))
+        elif len(peer_starts):  # --peer-starts 0: diffsim's starts only
             outcomes[peer] = run_peer(problem, peer_starts, args.quick, args.peer_seconds)
         best = max(best, *(float(np.max(o["llh"])) for o in outcomes.values()))
         shares = {}
@@ -229,21 +332,36 @@ def main(argv=None):
                 compile_s=out["compile"],
                 best_llh=float(np.max(out["llh"])),
             )
-        if not args.quick and peer in shares:
-            ours, theirs = shares["diffsim"], shares[peer]
+        for method in shares if not args.quick else ():
+            if method == "diffsim":
+                continue
+            ours, theirs = shares["diffsim"], shares[method]
             checks.append(
                 (
-                    f"{name}: share reaching the best, diffsim − {peer}",
+                    f"{name}: share reaching the best, diffsim − {method}",
                     ours[0] - theirs[0],
                     ours[0] >= theirs[0],
                 )
             )
+            if math.isfinite(theirs[1]) or math.isfinite(ours[1]):
+                checks.append(
+                    (
+                        f"{name}: s per start reaching the best, diffsim / {method}",
+                        ours[1] / theirs[1],
+                        ours[1] <= theirs[1],
+                    )
+                )
     header = ["problem", "unknowns", "load s", "first llh s", "|Δ llh|", "gradient compile s"]
     print(table(loads, header + ["gradient s", "AMICI t_fwd s"]))
     if fits:
         header = ["problem", "method", "reached", "s/start", "s/reached", "compile s", "best llh"]
         print(table(fits, header))
-        print("peer: scipy (pyPESTO + AMICI are not wired in: see the module text)")
+        print(
+            "peer: pyPESTO + AMICI (the same starts; fides and L-BFGS-B)"
+            if peer == "pypesto"
+            else "peer: scipy (least_squares over solve_ivp(LSODA); pyPESTO + AMICI did not "
+            "import here, see the module text)"
+        )
     print(targets_table(checks))
 
 
