@@ -91,6 +91,33 @@ def test_derivatives_with_respect_to_the_gain_the_lag_the_start_and_the_history(
     np.testing.assert_allclose(jax.hessian(x_at)(point), hessian, atol=1e-8)
 
 
+@pytest.mark.parametrize(
+    "solver, options, modes",
+    [
+        (ds.Tsit5(rtol=1e-10, atol=1e-12), {}, ("forward", "reverse")),
+        (ds.RK4(), {"dt": 0.125}, ("forward",)),
+    ],
+    ids=["Tsit5", "RK4"],
+)
+def test_the_lags_derivative_at_outputs_on_its_breakpoints(solver, options, modes):
+    """Outputs every 0.25 with τ = 1: the breakpoints τ and 2τ are output times, and after
+    them RK4's grid restarts, its steps ending on later outputs. There the step's end moves
+    with τ, and the output took y at the end with its derivative along it: d x(t)/dτ off by
+    k·x'(t) (−1 at t = 1 where it is 0, for Tsit5, RK4 and Rodas5P alike) until the output
+    took the interpolant's derivative at its fixed time. Both pieces are polynomials the
+    solvers integrate exactly, so the derivative is exact to round-off."""
+
+    def xs(lag):
+        model = models.DelayedNegativeFeedback(tau=lag)
+        return ds.simulate(model, jnp.array([1.0]), TS, solver=solver, **options).ys[:, 0]
+
+    exact = jax.vmap(jax.grad(_steps_solution, argnums=2), (0, None, None))(TS, 1.0, 1.0)
+    assert float(exact[4]) == 0.0 and float(exact[8]) == -1.0  # at τ and at 2τ
+    rules = {"forward": jax.jacfwd, "reverse": jax.jacrev}
+    for mode in modes:
+        np.testing.assert_allclose(rules[mode](xs)(1.0), exact, atol=1e-9, err_msg=mode)
+
+
 def test_a_history_and_a_field_written_inside_the_differentiated_function():
     """A `ds.DDE` whose history or field closes over the traced values of `jax.grad` (or
     whose history is an equinox Module holding arrays) failed with "No constant handler";

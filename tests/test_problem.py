@@ -375,6 +375,9 @@ def test_bad_studies_are_refused_with_what_to_do():
     # its start, "converged"
     with pytest.warns(UserWarning, match=r"unknowns \['k'\] are estimated, but every experiment"):
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), set={"k": 0.5})])
+    # y[0] of a scalar y0: JAX's bare IndexError named neither the observable nor the y0
+    with pytest.raises(ValueError, match=r"observables\['y'\] cannot read the state, of shape"):
+        problem(experiments=[ds.Experiment(data, y0=1.0)])
     # a data column sets its rows' observables and σ, not the experiment's one simulation: a
     # column naming the model's k was silently ignored by it
     column = {**data, "k": np.full(len(data["time"]), 5.0)}

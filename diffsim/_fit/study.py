@@ -1029,7 +1029,18 @@ def _check_functions(problem: Problem) -> None:
             read |= {observable.sigma} if isinstance(observable.sigma, str) else set()
         for suffix, fn in functions:
             where = f"observables[{name!r}]{suffix}"
-            names, shape = _inputs_read(fn, (t, y), where, problem)
+            try:
+                names, shape = _inputs_read(fn, (t, y), where, problem)
+            except IndexError as error:  # y[0] of a scalar state: say whose state it is
+                scalar = (
+                    f" ({problem.experiment_names[0]}'s y0 is a scalar: give "
+                    "y0=jnp.array([value]) for a state of one component)"
+                    if shapes[0] == ()
+                    else ""
+                )
+                raise ValueError(
+                    f"{where} cannot read the state, of shape {shapes[0]}{scalar}: {error}"
+                ) from None
             read |= names
             if shape is None or math.prod(shape) != 1:
                 raise ValueError(
