@@ -1084,15 +1084,7 @@ def _check_functions(problem: Problem) -> None:
 def _overridden_everywhere(problem: Problem) -> list:
     """The estimated parameters whose own value nothing uses: every experiment's `set` gives
     them another value, and no setting, change or data cell names them as its value."""
-    named = set()
-    for experiment in problem.experiments:
-        for settings in (experiment.set or {}, experiment.pre_equilibrate):
-            if isinstance(settings, Mapping):
-                named |= {v for v in settings.values() if isinstance(v, str)}
-    for changes in problem.changes:
-        for change in changes:
-            values = (*change.parameters.values(), *change.states.values())
-            named |= {v for v in values if isinstance(v, str)}
+    named = _named_as_values(problem)
     for rows in problem.rows:
         for cells in rows.overrides.values():
             named |= {cell for cell in cells if isinstance(cell, str)}
@@ -1146,18 +1138,29 @@ def _check_fixed_sigmas(problem: Problem) -> None:
 
 def _named_by_experiments(problem: Problem) -> set:
     """The names an experiment's settings, pre-equilibration or changes set or set things to."""
-    referenced = set()
+    referenced = _named_as_values(problem)
     for experiment in problem.experiments:
         for settings in (experiment.set or {}, experiment.pre_equilibrate):
             if isinstance(settings, Mapping):
-                referenced |= set(settings) | {v for v in settings.values() if isinstance(v, str)}
+                referenced |= set(settings)
     for changes in problem.changes:
         for change in changes:
             referenced |= set(change.parameters)
-            for value in (*change.parameters.values(), *change.states.values()):
-                if isinstance(value, str):
-                    referenced.add(value)
     return referenced
+
+
+def _named_as_values(problem: Problem) -> set:
+    """The names an experiment's settings, pre-equilibration or changes set things to."""
+    named = set()
+    for experiment in problem.experiments:
+        for settings in (experiment.set or {}, experiment.pre_equilibrate):
+            if isinstance(settings, Mapping):
+                named |= {v for v in settings.values() if isinstance(v, str)}
+    for changes in problem.changes:
+        for change in changes:
+            values = (*change.parameters.values(), *change.states.values())
+            named |= {v for v in values if isinstance(v, str)}
+    return named
 
 
 def _set_by_experiments(problem: Problem) -> set:
