@@ -80,6 +80,21 @@ def test_a_reaction_changes_a_concentration_by_its_rate_over_the_volume(tmp_path
     np.testing.assert_allclose(ys[:, 1], 2.0 * (3.0 - a), rtol=1e-9, atol=1e-12)
 
 
+def test_an_unset_stoichiometry_in_level_3_is_taken_as_1_with_a_warning(tmp_path):
+    """Level 3 leaves a species reference without `stoichiometry` undefined: the load warns
+    (naming the species and the reaction) and takes 1, as libsbml's evaluator does."""
+    body = (
+        f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
+        + _species("A", 3.0)
+        + '</listOfSpecies><listOfParameters><parameter id="k" value="0.4" constant="true"/>'
+        "</listOfParameters>" + _decay().replace(' stoichiometry="1"', "")
+    )
+    with pytest.warns(UserWarning, match="stoichiometry of A in reaction r is not set"):
+        model = ds.sbml.load(_write(tmp_path, body))
+    ys = _solve(model, model.initial_state(), TS)
+    np.testing.assert_allclose(ys[:, 0], 3.0 * np.exp(-0.2 * np.asarray(TS)), rtol=1e-9)
+
+
 def _switch_model(tmp_path, at="<cn>1</cn>"):
     """x' = 1 while t < `at`, then 0 (a piecewise of time in a rate rule): x = min(t, 1)
     for at = 1; a parameter c = 1 is there to be read instead."""

@@ -530,6 +530,18 @@ def _build(model, source: str) -> SBMLModel:
                 stoichiometry = sympy.Float(
                     reference.getStoichiometry() if reference.isSetStoichiometry() else 1.0
                 )
+                if (
+                    model.getLevel() >= 3
+                    and not reference.isSetStoichiometry()
+                    and not (reference.isSetId() and reference.getId() in derived_stoichiometry)
+                ):
+                    # level 2 gives an unwritten stoichiometry the default 1; level 3 leaves it
+                    # undefined, and tools differ (libsbml's evaluator and AMICI take 1)
+                    warn(
+                        f"{source}: the stoichiometry of {sid} in reaction {rid} is not set "
+                        "(SBML level 3 leaves it undefined, with no initial assignment); taken "
+                        "as 1: set the species reference's stoichiometry attribute to be sure"
+                    )
                 if reference.isSetId() and reference.getId() in derived_stoichiometry:
                     stoichiometry = derived_stoichiometry[reference.getId()]
                 if reference.isSetId():

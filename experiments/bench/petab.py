@@ -195,9 +195,14 @@ def run_pypesto(path: Path, problem, starts) -> dict:
     # on PATH
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     clock = time.perf_counter()
+    peer_petab = petab_v1.Problem.from_yaml(str(path))
+    # AMICI refuses observable or noise parameters that change from one time point to the
+    # next (Fiedler's); PEtab's own flattening gives each its own observable, the same llh
+    if petab_v1.lint.measurement_table_has_timepoint_specific_mappings(peer_petab.measurement_df):
+        petab_v1.flatten_timepoint_specific_output_overrides(peer_petab)
     with tempfile.TemporaryDirectory(prefix="amici-") as folder:
         importer = pypesto.petab.PetabImporter(
-            petab_v1.Problem.from_yaml(str(path)),
+            peer_petab,
             output_folder=folder,
             model_name=path.stem.replace("-", "_"),
         )
