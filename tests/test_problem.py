@@ -401,6 +401,18 @@ def test_bad_studies_are_refused_with_what_to_do():
         )
     with pytest.raises(ValueError, match="precedes its t0 = 2"):
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=2.0)])
+    # a NaN t0 gave an llh of NaN whose warning blamed a failed simulation
+    with pytest.raises(ValueError, match="t0 must be a finite time, got nan"):
+        problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=float("nan"))])
+    # unnamed ds.Data columns against two observables: their order would be a guess (columns
+    # (B, A) were read as (A, B), silently)
+    two = {
+        "y": ds.Observable(lambda t, y, p: y[0]),
+        "z": ds.Observable(lambda t, y, p: 2 * y[0]),
+    }
+    unnamed = ds.Data(np.array([1.0, 2.0]), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"name its columns after the study's observables"):
+        problem(experiments=[ds.Experiment(unnamed, y0=jnp.array([1.0]))], observables=two)
     text = {"time": [1.0, 2.0], "observable": ["y", "y"], "value": [0.5, "n/a"]}
     with pytest.raises(ValueError, match="its value column holds 'n/a' at row 1, which is no"):
         problem(experiments=[ds.Experiment(text, y0=jnp.array([1.0]))])
@@ -770,7 +782,21 @@ def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():
         assert float(every.solver.rtol) == pytest.approx(1e-5)
         alone = [study([e]).llh() for e in experiments]
         assert np.all(np.isfinite(alone))
-        assert every.llh() == pytest.approx(sum(alone), rel=1e-5)
+        # a member of the batch takes its own steps, which may differ from its steps alone
+        # (the batch's padded output times): each prediction agrees within 10x the solver's
+        # tolerance (a global error), and the llh within what such a change of the
+        # predictions moves it, Σ |r| δ/σ (residuals r ~ 2 at k = 1: ~1e-4, above float32's
+        # round-off of the sum; measured 5.6e-5 relative on one CPU, < 1e-5 on another)
+        bound = 0.0
+        for batched, single in zip(
+            every.predictions(), (study([e]).predictions()[0] for e in experiments)
+        ):
+            allowed = 10 * (1e-5 * np.abs(single["prediction"]) + 1e-7)
+            np.testing.assert_array_less(
+                np.abs(batched["prediction"] - single["prediction"]), allowed
+            )
+            bound += np.sum(np.abs(single["residual"]) * allowed / single["sigma"])
+        assert abs(every.llh() - sum(alone)) <= bound
         fit = ds.fit(every, progress=False)
         assert fit.params["k"] == pytest.approx(k, rel=1e-4)
         assert fit.params["k_rest"] == pytest.approx(k_rest, rel=1e-4)

@@ -666,11 +666,13 @@ def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
                 "(ds.Observable(..., sigma=0.1), an estimated unknown's name, or a function), "
                 "or pass the measurements as a long table with a column per σ parameter"
             )
-        columns = data.names or (tuple(names) if data.num_observables == len(names) else None)
+        # unnamed columns are unambiguous only for a single observable: with several, their
+        # order against the observables' would be a guess (columns (B, A) were read as (A, B))
+        columns = data.names or (tuple(names) if data.num_observables == len(names) == 1 else None)
         if columns is None:
             raise ValueError(
-                f"{label}: its ds.Data has no observable names; name them after the study's "
-                f"observables ({names})"
+                f"{label}: its ds.Data has no observable names; name its columns after the "
+                f"study's observables ({names}), e.g. ds.Data(ts, values, names={tuple(names)})"
             )
         values = data.values.reshape(len(data.ts), -1)
         table = {"time": [], "observable": [], "value": []}
@@ -705,7 +707,14 @@ def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
         raise ValueError(f"{label}: its data values hold inf; mark missing values with NaN")
     if not np.all(np.isfinite(time)):
         raise ValueError(f"{label}: its data times hold NaN or inf")
-    if len(time) and time.min() < float(experiment.t0):
+    try:
+        t0 = float(experiment.t0)
+    except (TypeError, ValueError):
+        raise TypeError(f"{label}: t0 must be a number, got {experiment.t0!r}") from None
+    if not math.isfinite(t0):
+        # a NaN start time gave an llh of NaN whose warning blamed a failed simulation
+        raise ValueError(f"{label}: t0 must be a finite time, got {experiment.t0!r}")
+    if len(time) and time.min() < t0:
         raise ValueError(
             f"{label}: a measurement at t = {time.min():g} precedes its t0 = {experiment.t0:g}"
         )
