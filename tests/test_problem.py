@@ -402,7 +402,7 @@ def test_bad_studies_are_refused_with_what_to_do():
     with pytest.raises(ValueError, match="precedes its t0 = 2"):
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=2.0)])
     # a NaN t0 gave an llh of NaN whose warning blamed a failed simulation
-    with pytest.raises(ValueError, match="t0 must be a finite time, got nan"):
+    with pytest.raises(ValueError, match="t0 must be finite, got nan"):
         problem(experiments=[ds.Experiment(data, y0=jnp.array([1.0]), t0=float("nan"))])
     # unnamed ds.Data columns against two observables: their order would be a guess (columns
     # (B, A) were read as (A, B), silently)
@@ -1104,3 +1104,27 @@ def test_a_log_noise_prediction_the_solver_does_not_resolve_is_warned_about():
     exact = -np.sum(ts * np.log(values / 2.0)) / np.sum(ts**2)
     result = ds.fit(resolved, progress=False)
     assert result.params["k"] == pytest.approx(exact, rel=1e-6)
+
+
+def test_a_wald_interval_keeps_to_the_unknowns_bounds():
+    """An offset whose data favour 0.42 is held at its lower bound 0.5: its Wald interval
+    starts there (it was (0.44, 0.56), reaching values the problem excludes); the upper end
+    is still p̂ + z·se on its (linear) scale."""
+    rng = np.random.default_rng(18)
+    ts = np.linspace(0.5, 5, 10)
+    values = 2 * np.exp(-0.7 * ts) + 0.3 + 0.05 * rng.normal(size=10)
+    problem = ds.Problem(
+        ds.ODE(lambda t, y, p: -p["k"] * y, {"k": 0.5}),
+        [ds.Experiment(_long(ts, "A", values), y0=jnp.array([2.0]))],
+        {"A": ds.Observable(lambda t, y, p: y[0] + p["o"], sigma=0.05)},
+        {
+            "k": ds.Unknown(0.5, bounds=(1e-3, 10), scale="log"),
+            "o": ds.Unknown(0.6, bounds=(0.5, 1.0)),
+        },
+    )
+    with pytest.warns(ds.FitWarning, match=r"\['o'\] ended on a bound"):
+        result = ds.fit(problem, progress=False)
+    assert result.params["o"] == pytest.approx(0.5, abs=1e-9)
+    low, high = result.confidence_intervals["o"]
+    assert low == pytest.approx(0.5, abs=1e-12)
+    assert high == pytest.approx(0.5 + 1.959964 * result.stderr["o"], rel=1e-6)

@@ -82,7 +82,7 @@ def test_a_reaction_changes_a_concentration_by_its_rate_over_the_volume(tmp_path
 
 def test_an_unset_stoichiometry_in_level_3_is_taken_as_1_with_a_warning(tmp_path):
     """Level 3 leaves a species reference without `stoichiometry` undefined: the load warns
-    (naming the species and the reaction) and takes 1, as libsbml's evaluator does."""
+    (naming the species and the reaction) and takes 1."""
     body = (
         f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
         + _species("A", 3.0)

@@ -54,6 +54,18 @@ SCALES = ("lin", "log", "log10")
 NOISE_MODELS = ("normal", "laplace", "log-normal", "log10-normal", "log-laplace", "log10-laplace")
 
 
+def _finite_number(value, what: str) -> float:
+    """`value` as a float, else a TypeError (not a number) or ValueError (NaN, inf) naming
+    `what`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, got {value!r}")
+    return number
+
+
 @dataclasses.dataclass(frozen=True)
 class Unknown:
     """A parameter of a study estimated from its data (or held at `value` with
@@ -84,12 +96,7 @@ class Unknown:
     prior_on_scale: bool = False
 
     def __post_init__(self):
-        try:
-            value = float(self.value)
-        except (TypeError, ValueError):
-            raise TypeError(f"Unknown(value=...) must be a number, got {self.value!r}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"Unknown(value={value}): the value must be finite")
+        value = _finite_number(self.value, "Unknown(value=...)")
         if self.scale not in SCALES:
             raise ValueError(f"Unknown(scale={self.scale!r}) must be one of {SCALES}")
         if not isinstance(self.estimate, (bool, np.bool_)):
@@ -707,13 +714,8 @@ def _rows(experiment: Experiment, label: str, observables: dict) -> Rows:
         raise ValueError(f"{label}: its data values hold inf; mark missing values with NaN")
     if not np.all(np.isfinite(time)):
         raise ValueError(f"{label}: its data times hold NaN or inf")
-    try:
-        t0 = float(experiment.t0)
-    except (TypeError, ValueError):
-        raise TypeError(f"{label}: t0 must be a number, got {experiment.t0!r}") from None
-    if not math.isfinite(t0):
-        # a NaN start time gave an llh of NaN whose warning blamed a failed simulation
-        raise ValueError(f"{label}: t0 must be a finite time, got {experiment.t0!r}")
+    # a NaN start time gave an llh of NaN whose warning blamed a failed simulation
+    t0 = _finite_number(experiment.t0, f"{label}: t0")
     if len(time) and time.min() < t0:
         raise ValueError(
             f"{label}: a measurement at t = {time.min():g} precedes its t0 = {experiment.t0:g}"

@@ -63,7 +63,8 @@ class ProblemFit:
       log-priors (equal without priors); `nll` = −llh.
     - `stderr`: standard errors on each unknown's scale (from `covariance`, the inverse Fisher
       information there); `confidence_intervals`: name → (lower, upper) natural values, the
-      Wald interval at `level` on the scale mapped back; `correlation`.
+      Wald interval at `level` on the scale, clipped to the unknown's bounds and mapped back;
+      `correlation`.
     - `converged`, `reason`: how the kept start's optimisation ended. An optimum on a bound
       counts as converged (the bounds are part of a study, as in PEtab: a constrained
       optimum), and a `FitWarning` names the unknowns there; `ds.fit(model, y0, data)`'s
@@ -561,8 +562,11 @@ def _result(
     with np.errstate(invalid="ignore"):  # inf/inf of undetermined unknowns: NaN
         correlation = covariance / np.outer(scale, scale)
     z = float(norm.ppf(0.5 + level / 2))
-    low = natural_on_host(scaled[best] - z * stderr_array, tables.scales)
-    high = natural_on_host(scaled[best] + z * stderr_array, tables.scales)
+    # within the unknowns' bounds: values the problem excludes are no part of an interval
+    # (an offset held at its lower bound 0.5 had (0.44, 0.56))
+    lower, upper = np.asarray(tables.lower), np.asarray(tables.upper)
+    low = natural_on_host(np.clip(scaled[best] - z * stderr_array, lower, upper), tables.scales)
+    high = natural_on_host(np.clip(scaled[best] + z * stderr_array, lower, upper), tables.scales)
     code = FIT_RESULTS(int(codes[best]))
     converged = code == FIT_RESULTS.converged
     # relative to the box where it is finite: an absolute margin called every unknown of a

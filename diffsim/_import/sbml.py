@@ -536,7 +536,7 @@ def _build(model, source: str) -> SBMLModel:
                     and not (reference.isSetId() and reference.getId() in derived_stoichiometry)
                 ):
                     # level 2 gives an unwritten stoichiometry the default 1; level 3 leaves it
-                    # undefined, and tools differ (libsbml's evaluator and AMICI take 1)
+                    # undefined (a file that meant another value would load silently wrong)
                     warn(
                         f"{source}: the stoichiometry of {sid} in reaction {rid} is not set "
                         "(SBML level 3 leaves it undefined, with no initial assignment); taken "
