@@ -420,6 +420,17 @@ def output_depends_on(fn: Callable, args: tuple, argnum: int) -> bool:
     `args[argnum]` to the outputs. Sub-computations (`cond`, `scan`, inner `jit`) count as depending
     on all of their inputs, which errs on the side of "depends".
     """
+    reaching = inputs_reaching_output(fn, args)
+    dynamic = eqx.filter(args, eqx.is_array)
+    before = sum(len(jax.tree.leaves(a)) for a in dynamic[:argnum])
+    return any(reaching[before : before + len(jax.tree.leaves(dynamic[argnum]))])
+
+
+def inputs_reaching_output(fn: Callable, args: tuple) -> tuple[bool, ...]:
+    """For each array leaf of `args` (in `jax.tree.leaves` order), whether the output of
+    `fn(*args)` structurally depends on it: one trace for every input, as `output_depends_on`
+    decides for one (a study asks it of every unknown: one trace of a large model's initial
+    state instead of one per unknown)."""
     dynamic, static = eqx.partition(args, eqx.is_array)
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dynamic)
 
@@ -427,13 +438,11 @@ def output_depends_on(fn: Callable, args: tuple, argnum: int) -> bool:
         return fn(*eqx.combine(dynamic_args, static))
 
     jaxpr = jax.make_jaxpr(fn_dynamic)(*abstract).jaxpr
-    leaves_before = sum(len(jax.tree.leaves(a)) for a in abstract[:argnum])
-    n_target = len(jax.tree.leaves(abstract[argnum]))
-    dependent = set(jaxpr.invars[leaves_before : leaves_before + n_target])
-    for eqn in jaxpr.eqns:
-        if any(isinstance(v, jex.Var) and v in dependent for v in eqn.invars):
-            dependent.update(eqn.outvars)
-    return any(isinstance(v, jex.Var) and v in dependent for v in jaxpr.outvars)
+    needed = {v for v in jaxpr.outvars if isinstance(v, jex.Var)}
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in needed for v in eqn.outvars):
+            needed.update(v for v in eqn.invars if isinstance(v, jex.Var))
+    return tuple(v in needed for v in jaxpr.invars)
 
 
 def acceleration_depends_on_velocity(model: AbstractSecondOrder, t, q, v) -> bool:

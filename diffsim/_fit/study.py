@@ -924,17 +924,19 @@ def build_tables(problem: Problem) -> Tables:
         with np.errstate(divide="ignore"):
             lower.append(float(unknown.to_scale(low)) if low > -math.inf else -math.inf)
             upper.append(float(unknown.to_scale(high)) if high < math.inf else math.inf)
+    row_observable = np.concatenate(observables)
+    referenced = _set_by_experiments(problem)
     return Tables(
         groups=groups,
         rows=row_table,
         row_time=np.concatenate(times),
         row_value=np.concatenate(values),
-        row_observable=np.concatenate(observables),
+        row_observable=row_observable,
         lower=np.asarray(lower),
         upper=np.asarray(upper),
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
-        noise=_noise_unknowns(problem, row_table, np.concatenate(observables)),
-        scalings=_scaling_unknowns(problem, row_table, np.concatenate(observables)),
+        noise=_noise_unknowns(problem, row_table, row_observable, referenced),
+        scalings=_scaling_unknowns(problem, row_table, row_observable, referenced),
     )
 
 
@@ -1189,19 +1191,21 @@ def _set_by_experiments(problem: Problem) -> set:
         if callable(fn)
     ]
     functions += [e.y0 for e in problem.experiments if callable(e.y0)]
-    if functions:
-        from .._model import output_depends_on
+    from .._model import inputs_reaching_output
 
-        for name in problem.names:
-            if any(
-                output_depends_on(lambda v, fn=fn: fn({**base, name: v}), (base[name],), 0)
-                for fn in functions
-            ):
-                referenced.add(name)
+    names = list(problem.names)
+    values = tuple(base[n] for n in names)
+    for fn in functions:
+        reaching = inputs_reaching_output(
+            lambda *v, fn=fn: fn({**base, **dict(zip(names, v))}), values
+        )
+        referenced.update(n for n, read in zip(names, reaching) if read)
     return referenced
 
 
-def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
+def _noise_unknowns(
+    problem: Problem, rows: ParameterTable, row_observable, referenced: set
+) -> tuple:
     """The estimated unknowns that are nothing but the σ of normal, log-normal or
     log10-normal measurements: not a model parameter, not a setting of an experiment, not read
     by any observable's function or σ function, and wherever a measurement takes its value
@@ -1211,7 +1215,6 @@ def _noise_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> t
     Given the predictions, the likelihood is then maximal at σ² = the mean squared difference
     of its measurements, in closed form (hierarchical optimisation, Loos et al.,
     *Bioinformatics* 34 (2018))."""
-    referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
     y = jnp.zeros(_state_size(problem, base))
@@ -1283,7 +1286,9 @@ def _reads(fn, name: str, base: dict, y) -> bool:
     return output_depends_on(lambda v: fn(t, y, {**base, name: v}), (base[name],), 0)
 
 
-def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) -> tuple:
+def _scaling_unknowns(
+    problem: Problem, rows: ParameterTable, row_observable, referenced: set
+) -> tuple:
     """The estimated unknowns that are nothing but a factor of the predictions of normal
     (linear-scale) measurements: not a model parameter, not a setting of an experiment, no
     measurement's σ nor read by a σ function, and every observable that reads it (itself, or a
@@ -1293,7 +1298,6 @@ def _scaling_unknowns(problem: Problem, rows: ParameterTable, row_observable) ->
     (hierarchical optimisation of scaling factors, Loos et al., *Bioinformatics* 34 (2018)).
     Linearity is tested by evaluating the function at several states and values (a function
     linear at all of them is taken as linear)."""
-    referenced = _set_by_experiments(problem)
     observables = list(problem.observables.values())
     base = _base_values(problem)
     probe = np.random.default_rng(0).uniform(0.5, 2.0, (3, _state_size(problem, base)))
