@@ -11,14 +11,41 @@ a trainable leaf (each would then count as an input of the solve's forward-mode 
 SymPy's `lambdify` and `parse_expr` generate and `exec` Python source.
 """
 
+from __future__ import annotations  # annotations name sympy, imported on first use
+
+import functools
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
 
 import jax.numpy as jnp
-import sympy
 from jax.scipy.special import gammaln
 
-TIME = sympy.Symbol("time")
+
+def _imported_on_first_use(name: str):
+    """The module `name`, executed when one of its attributes is first read (Python's
+    `importlib.util.LazyLoader`): SymPy takes 0.5 s of the 3 s `import diffsim` takes, and
+    only a model file needs it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sympy = _imported_on_first_use("sympy")
+
+TIME_NAME = "time"  # SBML's csymbol time, and PEtab's
+
+
+@functools.cache
+def time_symbol():
+    """The symbol of time in every expression read from a model file."""
+    return sympy.Symbol(TIME_NAME)
 
 
 class ExpressionError(ValueError):
@@ -56,7 +83,7 @@ def from_ast(
     if kind == lib.AST_NAME:
         return sympy.Symbol(node.getName())
     if kind == lib.AST_NAME_TIME:
-        return TIME
+        return time_symbol()
     if kind == lib.AST_NAME_AVOGADRO:
         return sympy.Float(6.02214076e23)
     if kind == lib.AST_INTEGER:
@@ -138,16 +165,18 @@ def _log(value):
     return sympy.log(value, evaluate=False) if value.is_Number else sympy.log(value)
 
 
-# what is a condition (a Symbol is a SymPy Boolean too, but here a number)
-_CONDITIONS = (
-    sympy.logic.boolalg.BooleanAtom,
-    sympy.logic.boolalg.BooleanFunction,
-    sympy.core.relational.Relational,
-)
+@functools.cache
+def _conditions():
+    """What is a condition (a Symbol is a SymPy Boolean too, but here a number)."""
+    return (
+        sympy.logic.boolalg.BooleanAtom,
+        sympy.logic.boolalg.BooleanFunction,
+        sympy.core.relational.Relational,
+    )
 
 
 def _as_number(expr):
-    if isinstance(expr, _CONDITIONS):
+    if isinstance(expr, _conditions()):
         if expr is sympy.true or expr is sympy.false:
             return sympy.Integer(int(bool(expr)))
         return sympy.Piecewise((1, expr), (0, True))
@@ -168,12 +197,12 @@ def _takes_conditions(kind) -> bool:
 
 
 # PEtab's functions that SBML lacks (petab v2 math: sign, log2)
-_FORMULA_FUNCTIONS = {"sign": sympy.sign, "log2": lambda x: _log(x) / sympy.log(2)}
+_FORMULA_FUNCTIONS = {"sign": lambda x: sympy.sign(x), "log2": lambda x: _log(x) / sympy.log(2)}
 
 
 def _truth(expr):
     """A condition: a relational or a boolean; a number is true where it is not 0."""
-    if isinstance(expr, _CONDITIONS):
+    if isinstance(expr, _conditions()):
         return expr
     return sympy.Ne(expr, 0)
 
@@ -233,19 +262,20 @@ def _lookups():
 
 
 class _Lazy(dict):
-    """A lookup table built on first use (libsbml is imported only by the importers)."""
+    """A lookup table built on first use (libsbml and SymPy are imported only by the
+    importers)."""
 
-    def __init__(self, index: int):
+    def __init__(self, build: Callable[[], dict]):
         super().__init__()
-        self.index = index
+        self.build = build
 
     def get(self, key, default=None):
         if not self:
-            self.update(_lookups()[self.index])
+            self.update(self.build())
         return super().get(key, default)
 
 
-_SIMPLE, _RELATIONS, _LOGICAL = _Lazy(0), _Lazy(1), _Lazy(2)
+_SIMPLE, _RELATIONS, _LOGICAL = (_Lazy(lambda k=k: _lookups()[k]) for k in range(3))
 
 
 def parse_formula(text: str, where: str) -> sympy.Expr:
@@ -330,48 +360,52 @@ def _fold(op, values):
     return out
 
 
-_JAX = {
-    sympy.exp: jnp.exp,
-    sympy.log: jnp.log,
-    sympy.Abs: jnp.abs,
-    sympy.sign: jnp.sign,
-    sympy.floor: jnp.floor,
-    sympy.ceiling: jnp.ceil,
-    sympy.sin: jnp.sin,
-    sympy.cos: jnp.cos,
-    sympy.tan: jnp.tan,
-    sympy.sinh: jnp.sinh,
-    sympy.cosh: jnp.cosh,
-    sympy.tanh: jnp.tanh,
-    sympy.asin: jnp.arcsin,
-    sympy.acos: jnp.arccos,
-    sympy.atan: jnp.arctan,
-    sympy.asinh: jnp.arcsinh,
-    sympy.acosh: jnp.arccosh,
-    sympy.atanh: jnp.arctanh,
-    sympy.sec: lambda x: 1 / jnp.cos(x),
-    sympy.csc: lambda x: 1 / jnp.sin(x),
-    sympy.cot: lambda x: 1 / jnp.tan(x),
-    sympy.asec: lambda x: jnp.arccos(1 / x),
-    sympy.acsc: lambda x: jnp.arcsin(1 / x),
-    sympy.acot: lambda x: jnp.arctan(1 / x),
-    sympy.sech: lambda x: 1 / jnp.cosh(x),
-    sympy.csch: lambda x: 1 / jnp.sinh(x),
-    sympy.coth: lambda x: 1 / jnp.tanh(x),
-    sympy.asech: lambda x: jnp.arccosh(1 / x),
-    sympy.acsch: lambda x: jnp.arcsinh(1 / x),
-    sympy.acoth: lambda x: jnp.arctanh(1 / x),
-    sympy.factorial: lambda x: jnp.exp(gammaln(x + 1.0)),
-    sympy.Max: lambda *x: _fold(jnp.maximum, list(x)),
-    sympy.Min: lambda *x: _fold(jnp.minimum, list(x)),
-    sympy.Eq: jnp.equal,
-    sympy.Ne: jnp.not_equal,
-    sympy.StrictLessThan: jnp.less,
-    sympy.LessThan: jnp.less_equal,
-    sympy.StrictGreaterThan: jnp.greater,
-    sympy.GreaterThan: jnp.greater_equal,
-    sympy.And: lambda *x: _fold(jnp.logical_and, list(x)),
-    sympy.Or: lambda *x: _fold(jnp.logical_or, list(x)),
-    sympy.Not: jnp.logical_not,
-    sympy.Xor: lambda *x: _fold(jnp.logical_xor, list(x)),
-}
+def _jax_functions() -> dict:
+    return {
+        sympy.exp: jnp.exp,
+        sympy.log: jnp.log,
+        sympy.Abs: jnp.abs,
+        sympy.sign: jnp.sign,
+        sympy.floor: jnp.floor,
+        sympy.ceiling: jnp.ceil,
+        sympy.sin: jnp.sin,
+        sympy.cos: jnp.cos,
+        sympy.tan: jnp.tan,
+        sympy.sinh: jnp.sinh,
+        sympy.cosh: jnp.cosh,
+        sympy.tanh: jnp.tanh,
+        sympy.asin: jnp.arcsin,
+        sympy.acos: jnp.arccos,
+        sympy.atan: jnp.arctan,
+        sympy.asinh: jnp.arcsinh,
+        sympy.acosh: jnp.arccosh,
+        sympy.atanh: jnp.arctanh,
+        sympy.sec: lambda x: 1 / jnp.cos(x),
+        sympy.csc: lambda x: 1 / jnp.sin(x),
+        sympy.cot: lambda x: 1 / jnp.tan(x),
+        sympy.asec: lambda x: jnp.arccos(1 / x),
+        sympy.acsc: lambda x: jnp.arcsin(1 / x),
+        sympy.acot: lambda x: jnp.arctan(1 / x),
+        sympy.sech: lambda x: 1 / jnp.cosh(x),
+        sympy.csch: lambda x: 1 / jnp.sinh(x),
+        sympy.coth: lambda x: 1 / jnp.tanh(x),
+        sympy.asech: lambda x: jnp.arccosh(1 / x),
+        sympy.acsch: lambda x: jnp.arcsinh(1 / x),
+        sympy.acoth: lambda x: jnp.arctanh(1 / x),
+        sympy.factorial: lambda x: jnp.exp(gammaln(x + 1.0)),
+        sympy.Max: lambda *x: _fold(jnp.maximum, list(x)),
+        sympy.Min: lambda *x: _fold(jnp.minimum, list(x)),
+        sympy.Eq: jnp.equal,
+        sympy.Ne: jnp.not_equal,
+        sympy.StrictLessThan: jnp.less,
+        sympy.LessThan: jnp.less_equal,
+        sympy.StrictGreaterThan: jnp.greater,
+        sympy.GreaterThan: jnp.greater_equal,
+        sympy.And: lambda *x: _fold(jnp.logical_and, list(x)),
+        sympy.Or: lambda *x: _fold(jnp.logical_or, list(x)),
+        sympy.Not: jnp.logical_not,
+        sympy.Xor: lambda *x: _fold(jnp.logical_xor, list(x)),
+    }
+
+
+_JAX = _Lazy(_jax_functions)

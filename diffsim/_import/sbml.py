@@ -41,12 +41,18 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
-import sympy
 
 from .._model import AbstractODE
 from .._validate import user_path
 from .._warn import warn
-from .expressions import compile_expression, ExpressionError, from_ast, TIME
+from .expressions import (
+    compile_expression,
+    ExpressionError,
+    from_ast,
+    sympy,
+    TIME_NAME,
+    time_symbol,
+)
 
 
 class SBMLError(ValueError):
@@ -599,7 +605,7 @@ def _build(model, source: str) -> SBMLModel:
     )
     expressions.update(rules)
     # an id no element defines would fail only when the model is simulated
-    known = set(states) | set(params) | set(rules) | {TIME.name}
+    known = set(states) | set(params) | set(rules) | {TIME_NAME}
     labelled = [
         (f"d{k}/dt" if k in states else f"the rule for {k}", e) for k, e in expressions.items()
     ]
@@ -656,7 +662,7 @@ def _refuse_time_ids(model, source: str):
         references = [*reaction.getListOfReactants(), *reaction.getListOfProducts()]
         elements.append(("species reference", references))
     for kind, listed in elements:
-        if any(element.getId() == TIME.name for element in listed):
+        if any(element.getId() == TIME_NAME for element in listed):
             raise SBMLError(
                 f"{source}: a {kind} has the id 'time', which diffsim cannot tell apart from "
                 "SBML's time in the model's mathematics; rename it"
@@ -669,7 +675,7 @@ def _reads_dynamics(expr, rules: dict, states: set) -> list[str]:
     while todo:
         for symbol in todo.pop().free_symbols:
             name = symbol.name
-            if name in states or symbol == TIME:
+            if name in states or symbol == time_symbol():
                 found.add(name)
             elif name in rules and name not in seen:
                 seen.add(name)
@@ -809,14 +815,21 @@ def _on_flags(expr, params: dict, switches: dict):
         return found[relation]
 
     def _switched(relation):
-        if not isinstance(relation, _ORDERINGS) or TIME not in relation.free_symbols:
+        time = time_symbol()
+        orderings = (
+            sympy.GreaterThan,
+            sympy.StrictGreaterThan,
+            sympy.LessThan,
+            sympy.StrictLessThan,
+        )
+        if not isinstance(relation, orderings) or time not in relation.free_symbols:
             return None
         difference = sympy.expand(relation.lhs - relation.rhs)
-        slope = difference.coeff(TIME)
+        slope = difference.coeff(time)
         if not slope.is_number or slope == 0:
             return None
-        rest = difference - slope * TIME
-        if TIME in rest.free_symbols or not {x.name for x in rest.free_symbols} <= set(params):
+        rest = difference - slope * time
+        if time in rest.free_symbols or not {x.name for x in rest.free_symbols} <= set(params):
             return None
         at = -rest / slope
         name = f"after:{float(at)!r}" if at.is_number else f"after:{at}"
@@ -826,9 +839,6 @@ def _on_flags(expr, params: dict, switches: dict):
         return sympy.Or(flagged, sympy.And(flag < -0.5, relation))
 
     return expr.replace(lambda e: as_switch(e) is not None, as_switch)
-
-
-_ORDERINGS = (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)
 
 
 def _trigger_time(condition):
@@ -841,7 +851,8 @@ def _trigger_time(condition):
         later, earlier = condition.rhs, condition.lhs
     else:
         return None, False
-    if later != TIME or TIME in earlier.free_symbols:
+    time = time_symbol()
+    if later != time or time in earlier.free_symbols:
         return None, False
     return earlier, strict
 
@@ -859,7 +870,7 @@ def _ordered(definitions: dict, source: str, what: str) -> list[str]:
             raise SBMLError(f"{source}: the {what} depend on each other in a cycle ({cycle})")
         state[name] = "visiting"
         for symbol in definitions[name].free_symbols:
-            if symbol.name in definitions and symbol != TIME:
+            if symbol.name in definitions and symbol != time_symbol():
                 visit(symbol.name, trail + [name])
         state[name] = "done"
         order.append(name)
