@@ -156,7 +156,8 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None):
     arguments = (settings, pre, y0s, ts, reset, segments)
     if subset is not None:
         arguments = jax.tree.map(lambda a: a[subset], arguments)
-    if group.ts.shape[0] == 1 or (subset is not None and len(subset) == 1):
+    members = group.ts.shape[0] if subset is None else len(subset)
+    if members == 1:
         # one member: vmap would trace and compile its solves' while loops batched, for a
         # batch of one (Zheng's log-likelihood: 19.3 s to trace, 10.3 s to compile batched)
         alone = member(*jax.tree.map(lambda a: a[0], arguments))
