@@ -96,6 +96,8 @@ class Optimum(eqx.Module):
     steps: jax.Array  # iterations taken
     evaluations: jax.Array  # residual evaluations (simulations), Jacobians not counted
     code: jax.Array  # a FIT_RESULTS value
+    aux: Any = None  # `bounded_lm.minimize(..., has_aux=True)`: the residual function's
+    # auxiliary output at `u`
 
 
 def optimize(residual_fn, u0, optimizer: Optimizer, num_residuals: int | None = None) -> Optimum:

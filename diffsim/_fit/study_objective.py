@@ -413,6 +413,13 @@ def residuals(problem, theta, measured=None):
     """Residuals whose sum of squares is 2·(NLL − log-prior) + a constant (see the module
     text), at natural θ (traced): the measurements' (m − y)/σ, their √(log 2πσ² + C) (or the
     Laplace form), then the priors'. `measured` replaces the study's values."""
+    return residuals_and_terms(problem, theta, measured)[0]
+
+
+def residuals_and_terms(problem, theta, measured=None):
+    """(`residuals`, (NLL, −log-prior, `smallest_logged`)) at natural θ from one simulation:
+    the likelihood itself beside its least-squares form, which differs from it by a constant
+    only where no root is clipped (σ ≳ 1e-9, prior densities ≲ e^20)."""
     dtype = theta.dtype
     states = row_states(problem, theta, dtype)
     predictions, sigmas = observe(problem, theta, states, dtype)
@@ -428,7 +435,8 @@ def residuals(problem, theta, measured=None):
     first = jnp.where(jnp.isfinite(nll), first, jnp.nan)
     prior = _prior_terms(problem, theta, dtype)
     prior_roots = jnp.sqrt(jnp.maximum(2 * prior + offset, 0.0))
-    return jnp.concatenate([first, second, prior_roots])
+    terms = (jnp.sum(nll), jnp.sum(prior), smallest_logged(problem, predictions))
+    return jnp.concatenate([first, second, prior_roots]), terms
 
 
 def fisher_residuals(problem, theta, measured=None):

@@ -16,9 +16,8 @@ from .study_fit import _closed_form_refinement, _inverse, ProblemFit
 from .study_objective import (
     fisher_residuals,
     natural_on_host,
-    negative_log_likelihood,
     prior_hessian,
-    residuals,
+    residuals_and_terms,
     scaled_on_host,
     to_natural_values,
 )
@@ -150,11 +149,12 @@ def profile_problem(
 
 def _fit_within(problem, start, lower, upper, measured=None):
     """Levenberg–Marquardt within (lower, upper) from `start` (on the scales), with the noise
-    levels in closed form, as `ds.fit(problem)` runs it."""
+    levels in closed form, as `ds.fit(problem)` runs it; the `Optimum`'s `aux` is (NLL,
+    −log-prior, `smallest_logged`) at its end (`residuals_and_terms`)."""
     tables = problem.tables
 
     def residual_scaled(scaled):
-        return residuals(problem, to_natural_values(scaled, tables.scales), measured)
+        return residuals_and_terms(problem, to_natural_values(scaled, tables.scales), measured)
 
     return bounded_lm.minimize(
         residual_scaled,
@@ -165,6 +165,7 @@ def _fit_within(problem, start, lower, upper, measured=None):
         rtol=1e-8,
         atol=1e-10,
         refine=_closed_form_refinement(problem, measured),
+        has_aux=True,
     )
 
 
@@ -175,7 +176,7 @@ def _profile_body(problem, best, grid, j):
         lower = jnp.asarray(tables.lower, best.dtype).at[j].set(value)
         upper = jnp.asarray(tables.upper, best.dtype).at[j].set(value)
         optimum = _fit_within(problem, best.at[j].set(value), lower, upper)
-        nll, prior = negative_log_likelihood(problem, to_natural_values(optimum.u, tables.scales))
+        nll, prior, _ = optimum.aux
         return dict(nll=nll, prior=prior, code=optimum.code)
 
     return jax.lax.map(one, grid)
@@ -241,8 +242,7 @@ def _refit_body(problem, first, values):
 
     def one(measured):
         optimum = _fit_within(problem, first, tables.lower, tables.upper, measured)
-        theta = to_natural_values(optimum.u, tables.scales)
-        nll, _ = negative_log_likelihood(problem, theta, measured)
+        nll = optimum.aux[0]
 
         def fisher(scaled):
             natural = to_natural_values(scaled, tables.scales)
