@@ -17,10 +17,13 @@ def guard_inputs(model, y0, ts, extra=True):
     a failing member runs with instead: harmless values, so that it cannot stall a batch (its
     outputs are set to NaN afterwards and its result code says why).
 
-    Each input is replaced on its own, only where it is itself bad (a non-finite leaf, a
+    Each input is replaced on its own, only where it is itself bad (a non-finite entry, a
     parameter that breaks its constraint, times that do not increase): a check that spanned
     all inputs would turn parameters shared by a whole `vmap` batch into per-member arrays, and
-    every step would pay for that."""
+    every step would pay for that. Entry by entry, not leaf by leaf: XLA copied a leaf's
+    all-finite test into every fused computation that read the leaf (an SBML model of 94
+    scalar parameters: 16% of its compiled log-likelihood, Zheng's, which now compiles in
+    7.9-9.0 s, was 9.0-10.9)."""
     # an open end (ts[-1] = inf) is allowed: simulate checked that a terminal event ends it
     finite = jnp.all(jnp.isfinite(ts[:-1])) & ~jnp.isnan(ts[-1]) & (ts[-1] > -jnp.inf)
     increasing = jnp.all(jnp.diff(ts) > 0) & finite
@@ -37,7 +40,7 @@ def _sanitize_model(model):
 def _sanitize(tree, fill):
     def leaf(x):
         if eqx.is_array(x) and jnp.issubdtype(x.dtype, jnp.inexact):
-            return jnp.where(jnp.all(jnp.isfinite(x)), x, jnp.asarray(fill, x.dtype))
+            return jnp.where(jnp.isfinite(x), x, jnp.asarray(fill, x.dtype))
         return x
 
     return jax.tree.map(leaf, tree)
