@@ -194,7 +194,15 @@ def minimize(
     code = jnp.where(stalled & settled, FIT_RESULTS.converged, final.code)
     code = jnp.where(final.done, code, FIT_RESULTS.max_iterations_reached)
     return Optimum(
-        final.x, final.loss, final.history, final.step, final.evaluations, code, final.aux
+        final.x,
+        final.loss,
+        final.history,
+        final.step,
+        final.evaluations,
+        code,
+        final.aux,
+        final.r,
+        final.jacobian,
     )
 
 

@@ -98,6 +98,8 @@ class Optimum(eqx.Module):
     code: jax.Array  # a FIT_RESULTS value
     aux: Any = None  # `bounded_lm.minimize(..., has_aux=True)`: the residual function's
     # auxiliary output at `u`
+    residuals: Any = None  # `bounded_lm.minimize`: the residuals at `u`
+    jacobian: Any = None  # `bounded_lm.minimize`: their Jacobian there, (residuals, unknowns)
 
 
 def optimize(residual_fn, u0, optimizer: Optimizer, num_residuals: int | None = None) -> Optimum:
