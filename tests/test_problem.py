@@ -72,6 +72,16 @@ def test_noise_levels_by_maximum_likelihood_with_replicates_and_log10_noise():
     # a σ from 30 values (20 + 10): its log10 standard error from the Fisher information,
     # 1/(√(2n) ln 10)
     assert result.stderr["sigma_B"] == pytest.approx(1 / (np.sqrt(20) * np.log(10)), rel=0.05)
+    # the fit's information, from the Jacobian the optimiser ended with (its rows corrected by
+    # ∂log σ/∂θ), is that of a forward pass through the Fisher residuals (the program ds.fit
+    # runs where priors or BFGS leave it no such Jacobian)
+    from diffsim._fit.study_fit import _information
+
+    scaled = jnp.asarray([result.params_on_scale[n] for n in result.names])
+    information = np.asarray(_information(problem, scaled))
+    np.testing.assert_allclose(
+        np.linalg.inv(result.covariance), information, rtol=1e-8, atol=1e-10 * information.max()
+    )
 
 
 class _Turnover(ds.AbstractODE):
