@@ -280,6 +280,9 @@ def fit_problem(
     # does not change what is compiled, the bar advances as each ends, and an interrupted
     # multi-start keeps the starts that finished
     optima = []
+    # the residuals and Jacobian a start ended with are kept for the best start so far only
+    # (the information is computed from them): every start's would be starts × the Jacobian
+    last, last_objective = None, np.inf
     bar = progress_bar(count, enabled=progress, description="starts", unit="start")
     compiled = None
     try:
@@ -289,8 +292,12 @@ def fit_problem(
                 compiled = _optimize.lower(problem, s0, optimizer, num_residuals).compile()
                 timings["compile"] += time.perf_counter() - clock
             clock = time.perf_counter()
-            optima.append(jax.device_get(compiled(problem, s0, optimizer, num_residuals)))
+            optimum = jax.device_get(compiled(problem, s0, optimizer, num_residuals))
             timings["run"] += time.perf_counter() - clock
+            ended = {k: optimum.pop(k) for k in ("residuals", "jacobian") if k in optimum}
+            if ended and float(optimum["objective"]) < last_objective:  # NaN is not
+                last, last_objective = (len(optima), ended), float(optimum["objective"])
+            optima.append(optimum)
             bar.update(1)
     except KeyboardInterrupt:
         if not optima:
@@ -303,7 +310,9 @@ def fit_problem(
     out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
     best = int(np.argmin(np.where(np.isfinite(out["objective"]), out["objective"], np.inf)))
     out["best"] = best
-    information = _information_from_last_jacobian(problem, out, best)
+    information = None
+    if last is not None and last[0] == best:
+        information = _information_from_last_jacobian(problem, **last[1])
     if information is None:
         information = _timed(_information, timings, problem, jnp.asarray(out["scaled"][best]))
     out["information"] = information
@@ -436,8 +445,8 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
             return residuals_and_terms(problem, to_natural_values(scaled, tables.scales))
 
         # the likelihood at the optimum from the pass that linearises there: another
-        # simulation after the loop was a third copy of the study's solves in this program
-        # (compiled 10-25% faster without it: Boehm's fit, a 3-experiment study)
+        # simulation after the loop was one more copy of the study's solves in this program
+        # (measured with the others taken out: `bounded_lm`)
         optimum = bounded_lm.minimize(
             residuals_and_likelihood,
             s0,
@@ -491,21 +500,22 @@ def _information(problem: Problem, scaled):
     return jacobian.T @ jacobian + prior_hessian(problem, scaled)
 
 
-def _information_from_last_jacobian(problem: Problem, out, best: int):
-    """The Fisher information at the best start's optimum from the Jacobian that
-    Levenberg–Marquardt ended with there (`_optimize`), or None where it cannot give it
-    (BFGS, priors, a noise level's root clipped at 0, anything not finite): then the
+def _information_from_last_jacobian(problem: Problem, residuals, jacobian):
+    """The Fisher information at the best start's optimum from the `residuals` and their
+    `jacobian` Levenberg–Marquardt ended with there (`_optimize`), or None where they cannot
+    give it (priors, a noise level's root clipped at 0, anything not finite; BFGS fits have
+    no such Jacobian): then the
     `_information` program computes it, another forward-mode pass through the study's solves
     that took 1.8 s of a 3-experiment fit's 8.4 s of XLA compilation.
 
     Per measurement the least-squares rows are r₁ = (m − y)/σ and r₂ = √(log 2πσ² + C)
     (`residuals`), so with s = ∂log σ/∂θ = r₂ ∂r₂/∂θ the Fisher rows (`fisher_residuals`:
     ∂y/∂θ/σ with σ held, √2 ∂log σ/∂θ with y held) are ∂r₁/∂θ + r₁ s and √2 s."""
-    if "jacobian" not in out or any(problem.unknowns[n].prior is not None for n in problem.names):
+    if any(problem.unknowns[n].prior is not None for n in problem.names):
         return None
     rows = len(problem.tables.row_time)
-    r = np.asarray(out["residuals"][best], np.float64)
-    jacobian = np.asarray(out["jacobian"][best], np.float64)
+    r = np.asarray(residuals, np.float64)
+    jacobian = np.asarray(jacobian, np.float64)
     first, second = r[:rows], r[rows : 2 * rows]
     if not (np.all(np.isfinite(jacobian)) and np.all(np.isfinite(r)) and np.all(second > 0)):
         return None
