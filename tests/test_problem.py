@@ -904,6 +904,15 @@ def test_profile_and_refit_of_a_study_of_two_experiments():
     replicates = doses * np.exp(-k * rows) + sigma * rng.normal(size=(40, rows.size))
     batch = ds.refit(result, replicates, start="fit")
     assert batch.converged.all()
+    # each replicate's information comes from the Jacobian its fit ended with; the forward
+    # pass of the Fisher residuals at its optimum gives the same standard errors
+    from diffsim._fit.study_fit import _information
+
+    scaled = np.log10([batch.params[n][0] for n in result.names])
+    information = _information(problem, jnp.asarray(scaled), jnp.asarray(replicates[0]))
+    expected = np.sqrt(np.diag(np.linalg.inv(np.asarray(information))))
+    got = [batch.stderr[n][0] for n in result.names]
+    np.testing.assert_allclose(got, expected, rtol=1e-8)
     covered = batch.coverage({"k": k})["k"]
     assert 0.8 <= covered <= 1.0  # 40 replicates of a 95% interval: 0.95 ± 2 × 0.034
     with pytest.raises(ValueError, match=r"values must have shape \(replicates, 16\)"):

@@ -16,6 +16,7 @@ back to natural values (a log10 unknown's interval is a factor either way).
 """
 
 import dataclasses
+import math
 import time
 
 import equinox as eqx
@@ -489,39 +490,60 @@ def _levenberg_steps(tables) -> int:
 
 
 @eqx.filter_jit
-def _information(problem: Problem, scaled):
-    """The Fisher information on the unknowns' scales at `scaled` (priors' Hessian included)."""
+def _information(problem: Problem, scaled, measured=None):
+    """The Fisher information on the unknowns' scales at `scaled` (priors' Hessian included);
+    `measured` replaces the study's values (a refit's replicate)."""
     tables = problem.tables
 
     def fisher(scaled):
-        return fisher_residuals(problem, to_natural_values(scaled, tables.scales))
+        return fisher_residuals(problem, to_natural_values(scaled, tables.scales), measured)
 
     jacobian = jax.jacfwd(fisher)(scaled)
     return jacobian.T @ jacobian + prior_hessian(problem, scaled)
 
 
-def _information_from_last_jacobian(problem: Problem, residuals, jacobian):
-    """The Fisher information at the best start's optimum from the `residuals` and their
-    `jacobian` Levenberg–Marquardt ended with there (`_optimize`), or None where they cannot
-    give it (priors, a noise level's root clipped at 0, anything not finite; BFGS fits have
-    no such Jacobian): then the
-    `_information` program computes it, another forward-mode pass through the study's solves
-    that took 1.8 s of a 3-experiment fit's 8.4 s of XLA compilation.
+def last_jacobian_serves(problem: Problem) -> bool:
+    """Whether Levenberg–Marquardt's last residuals and Jacobian can give the Fisher
+    information (`information_from_least_squares`): no priors (their Hessian is not in
+    them) and no Laplace noise (its least-squares rows have another form)."""
+    return not any(problem.unknowns[n].prior is not None for n in problem.names) and not any(
+        o.laplace for o in problem.observables.values()
+    )
+
+
+def information_from_least_squares(residuals, jacobian, rows: int, xp=np):
+    """(the Fisher information, whether it is usable) at the point where Levenberg–Marquardt
+    ended with `residuals` and their `jacobian` (`bounded_lm`), for a problem of `rows`
+    measurements where `last_jacobian_serves`; `xp` is numpy on the host or jax.numpy
+    inside a program (a refit's). Not usable where a noise level's root is clipped at 0 or
+    anything is not finite: then `_information` computes it, another forward-mode pass
+    through the study's solves, which took 1.8 s of a 3-experiment fit's 8.4 s of XLA
+    compilation.
 
     Per measurement the least-squares rows are r₁ = (m − y)/σ and r₂ = √(log 2πσ² + C)
     (`residuals`), so with s = ∂log σ/∂θ = r₂ ∂r₂/∂θ the Fisher rows (`fisher_residuals`:
     ∂y/∂θ/σ with σ held, √2 ∂log σ/∂θ with y held) are ∂r₁/∂θ + r₁ s and √2 s."""
-    if any(problem.unknowns[n].prior is not None for n in problem.names):
-        return None
-    rows = len(problem.tables.row_time)
-    r = np.asarray(residuals, np.float64)
-    jacobian = np.asarray(jacobian, np.float64)
-    first, second = r[:rows], r[rows : 2 * rows]
-    if not (np.all(np.isfinite(jacobian)) and np.all(np.isfinite(r)) and np.all(second > 0)):
-        return None
+    first, second = residuals[:rows], residuals[rows : 2 * rows]
     log_sigma = second[:, None] * jacobian[rows : 2 * rows]
-    fisher = np.concatenate([jacobian[:rows] + first[:, None] * log_sigma, np.sqrt(2) * log_sigma])
-    return fisher.T @ fisher
+    fisher = xp.concatenate(
+        [jacobian[:rows] + first[:, None] * log_sigma, math.sqrt(2.0) * log_sigma]
+    )
+    usable = xp.all(xp.isfinite(jacobian)) & xp.all(xp.isfinite(residuals)) & xp.all(second > 0)
+    return fisher.T @ fisher, usable
+
+
+def _information_from_last_jacobian(problem: Problem, residuals, jacobian):
+    """The Fisher information at the best start's optimum from the residuals and Jacobian
+    `_optimize` ended with there (`information_from_least_squares`), or None where they
+    cannot give it."""
+    if not last_jacobian_serves(problem):
+        return None
+    information, usable = information_from_least_squares(
+        np.asarray(residuals, np.float64),
+        np.asarray(jacobian, np.float64),
+        len(problem.tables.row_time),
+    )
+    return information if usable else None
 
 
 def _closed_form_refinement(problem: Problem, measured=None):

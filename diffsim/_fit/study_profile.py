@@ -12,11 +12,16 @@ from . import bounded_lm
 from .optimize import FIT_RESULTS
 from .profile import _crossing, Profile, profile as _profile_of_fit
 from .refit import FitBatch, refit as _refit_of_fit
-from .study_fit import _closed_form_refinement, _inverse, ProblemFit
+from .study_fit import (
+    _closed_form_refinement,
+    _information,
+    _inverse,
+    information_from_least_squares,
+    last_jacobian_serves,
+    ProblemFit,
+)
 from .study_objective import (
-    fisher_residuals,
     natural_on_host,
-    prior_hessian,
     residuals_and_terms,
     scaled_on_host,
     to_natural_values,
@@ -221,7 +226,11 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
     z = float(norm.ppf(0.5 + result.level / 2))
     stderr = np.full(scaled.shape, np.nan)
     for r, information in enumerate(np.asarray(out["information"])):
-        covariance = _inverse(information, names, [])
+        if not out["usable"][r]:  # priors, Laplace noise, a clipped noise root: its own pass
+            information = _information(
+                problem, jnp.asarray(scaled[r], dtype), jnp.asarray(values[r], dtype)
+            )
+        covariance = _inverse(np.asarray(information), names, [])
         stderr[r] = np.sqrt(np.maximum(np.diag(covariance), 0.0))
     low = natural_on_host(scaled - z * stderr, tables.scales)
     high = natural_on_host(scaled + z * stderr, tables.scales)
@@ -238,19 +247,27 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
 
 
 def _refit_body(problem, first, values):
+    """Each replicate's fit and its Fisher information from the Jacobian its fit ended with
+    (`information_from_least_squares`: no third pass through the study's solves in this
+    program), where that can give it; `usable` marks the replicates whose information
+    `refit_problem` computes by `_information` instead."""
     tables = problem.tables
+    rows = len(tables.row_time)
+    serves = last_jacobian_serves(problem)
 
     def one(measured):
         optimum = _fit_within(problem, first, tables.lower, tables.upper, measured)
+        if serves:
+            information, usable = information_from_least_squares(
+                optimum.residuals, optimum.jacobian, rows, jnp
+            )
+        else:
+            information = jnp.zeros((len(first), len(first)), first.dtype)
+            usable = jnp.asarray(False)
         nll = optimum.aux[0]
-
-        def fisher(scaled):
-            natural = to_natural_values(scaled, tables.scales)
-            return fisher_residuals(problem, natural, measured)
-
-        jacobian = jax.jacfwd(fisher)(optimum.u)
-        information = jacobian.T @ jacobian + prior_hessian(problem, optimum.u)
-        return dict(scaled=optimum.u, nll=nll, code=optimum.code, information=information)
+        return dict(
+            scaled=optimum.u, nll=nll, code=optimum.code, information=information, usable=usable
+        )
 
     return jax.lax.map(one, values)
 
