@@ -69,11 +69,11 @@ def minimize(
 
     The first `levenberg_steps` iterations damp every unknown alike (D = 1, Levenberg's
     method), then MINPACK's scaling takes over, with a memory that fades (D the running
-    maximum of the column norms and 0.9 × the last D, from the norms at the switch): for
-    unknowns on one scale (log10 rates) isotropic damping keeps early steps to the nearest
-    descent, where MINPACK's lets an insensitive unknown leap across its box (into another
-    basin or a plateau); the scaled steps then converge fast, and the fading lets a rate
-    that saturates reach its bound rather than creep there (`_scaling`)."""
+    maximum of the column norms and `_FORGETTING` × the last D, from the norms at the
+    switch): for unknowns on one scale (log10 rates) isotropic damping keeps early steps to
+    the nearest descent, where MINPACK's lets an insensitive unknown leap across its box
+    (into another basin or a plateau); the scaled steps then converge fast, and the fading
+    lets a rate that saturates reach its bound rather than creep there (`_scaling`)."""
     dtype = x0.dtype
     lower = jnp.asarray(lower, dtype)
     upper = jnp.asarray(upper, dtype)
