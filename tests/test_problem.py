@@ -870,7 +870,8 @@ def test_profile_and_refit_of_a_study_of_two_experiments():
     its deviance is 2·(NLL rise) with σ refitted; near the optimum it follows the Fisher
     curvature, so its 95% interval on log10 k agrees with the Wald interval to a few percent
     (the model is nearly linear in log k over ±2 standard errors). Refits of datasets drawn
-    from the fitted model: their intervals hold the fitted k in about 95% of them."""
+    from the fitted model: their intervals hold the fitted k in about 95% of them. Both run
+    the fit's compiled program."""
     rng = np.random.default_rng(3)
     ts = np.linspace(0.5, 4.0, 8)
     data = [
@@ -890,7 +891,11 @@ def test_profile_and_refit_of_a_study_of_two_experiments():
         },
     )
     result = ds.fit(problem)
-    profile = ds.profile(result, "k", points=9)
+    # each point of the profile and each replicate of a refit runs the fit's program
+    from test_compile import _compiles
+
+    profile, compiled = _compiles(lambda: ds.profile(result, "k", points=9))
+    assert compiled == 0
     assert profile.deviance.min() >= -1e-6 and profile.converged.all()
     assert profile.deviance[4] == pytest.approx(0.0, abs=1e-6)  # the estimate itself
     # the Wald interval is the quadratic approximation of this deviance: at its 2-standard-
@@ -904,8 +909,8 @@ def test_profile_and_refit_of_a_study_of_two_experiments():
     rows = np.concatenate([ts, ts])
     doses = np.repeat([1.0, 2.0], ts.size)
     replicates = doses * np.exp(-k * rows) + sigma * rng.normal(size=(40, rows.size))
-    batch = ds.refit(result, replicates, start="fit")
-    assert batch.converged.all()
+    batch, compiled = _compiles(lambda: ds.refit(result, replicates, start="fit"))
+    assert compiled == 0 and batch.converged.all()
     # each replicate's information comes from the Jacobian its fit ended with; the forward
     # pass of the Fisher residuals at its optimum gives the same standard errors (the same
     # derivatives in another order: they differed by 4e-16 relative)

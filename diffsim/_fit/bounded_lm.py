@@ -50,7 +50,7 @@ def minimize(
     rtol: float,
     atol: float,
     refine=None,
-    levenberg_steps: int = 0,
+    levenberg_steps=0,
     has_aux: bool = False,
 ) -> Optimum:
     """Minimise Σ residual_fn(x)² over lower ≤ x ≤ upper from x0 (inside the box; bounds may
@@ -67,13 +67,14 @@ def minimize(
     Loos et al. 2018). It is given this box, not the problem's bounds: a profile pins an
     unknown there, and what the refinement computes from it must use the pinned value.
 
-    The first `levenberg_steps` iterations damp every unknown alike (D = 1, Levenberg's
-    method), then MINPACK's scaling takes over, with a memory that fades (D the running
-    maximum of the column norms and `_FORGETTING` × the last D, from the norms at the
-    switch): for unknowns on one scale (log10 rates) isotropic damping keeps early steps to
-    the nearest descent, where MINPACK's lets an insensitive unknown leap across its box
-    (into another basin or a plateau); the scaled steps then converge fast, and the fading
-    lets a rate that saturates reach its bound rather than creep there (`_scaling`)."""
+    The first `levenberg_steps` iterations (an integer, which may be traced: one program for
+    runs with and without) damp every unknown alike (D = 1, Levenberg's method), then
+    MINPACK's scaling takes over, with a memory that fades (D the running maximum of the
+    column norms and `_FORGETTING` × the last D, from the norms at the switch): for unknowns
+    on one scale (log10 rates) isotropic damping keeps early steps to the nearest descent,
+    where MINPACK's lets an insensitive unknown leap across its box (into another basin or a
+    plateau); the scaled steps then converge fast, and the fading lets a rate that saturates
+    reach its bound rather than creep there (`_scaling`)."""
     dtype = x0.dtype
     lower = jnp.asarray(lower, dtype)
     upper = jnp.asarray(upper, dtype)
@@ -154,7 +155,7 @@ def minimize(
         loss_new = jnp.where(accept, jnp.sum(r_new**2), state.loss)
         norms = jnp.sqrt(jnp.sum(jacobian_new**2, axis=0))
         scale = _scaling(norms, state.scale, state.step + 1, levenberg_steps)
-        scale0 = jnp.ones_like(norms) if levenberg_steps else jnp.where(norms > 0, norms, 1.0)
+        scale0 = jnp.where(levenberg_steps > 0, 1.0, jnp.where(norms > 0, norms, 1.0))
         scale = jnp.where(first, scale0, scale)
         # converged: the step (accepted) below the tolerances in every unknown with a small
         # change of the loss, or a projected gradient at round-off; or a damping so large that
@@ -218,18 +219,18 @@ def minimize(
 _FORGETTING = 0.9
 
 
-def _scaling(norms, previous, step, levenberg_steps: int):
-    """D after iteration `step`. Without Levenberg steps, MINPACK's: the running maximum of
-    the Jacobian's column norms (a column of zeros keeps 1 until it has one). With them: 1
-    during those steps, then the running maximum of the norms and `_FORGETTING` × the last
-    D (from the norms at the switch)."""
-    if not levenberg_steps:
-        return jnp.maximum(previous, norms)
+def _scaling(norms, previous, step, levenberg_steps):
+    """D after iteration `step`. Without Levenberg steps (`levenberg_steps` 0, an int or a
+    traced one), MINPACK's: the running maximum of the Jacobian's column norms (a column of
+    zeros keeps 1 until it has one). With them: 1 during those steps, then the running
+    maximum of the norms and `_FORGETTING` × the last D (from the norms at the switch)."""
+    running = jnp.maximum(previous, norms)
     first = jnp.where(norms > 0, norms, 1.0)
     forgetting = jnp.maximum(_FORGETTING * previous, norms)
-    return jnp.where(
+    levenberg = jnp.where(
         step < levenberg_steps, 1.0, jnp.where(step == levenberg_steps, first, forgetting)
     )
+    return jnp.where(levenberg_steps > 0, levenberg, running)
 
 
 def _settled(state: _State, lower, upper, rtol):

@@ -18,6 +18,7 @@ back to natural values (a log10 unknown's interval is a factor either way).
 import dataclasses
 import math
 import time
+import weakref
 
 import equinox as eqx
 import jax
@@ -264,9 +265,6 @@ def fit_problem(
     else:
         candidates = given
     candidates = jnp.asarray(candidates, dtype)
-    num_residuals = 2 * len(tables.row_time) + sum(
-        problem.unknowns[n].prior is not None for n in problem.names
-    )
     timings = dict(compile=0.0, run=0.0)
     screened = None
     if candidates.shape[0] > count:
@@ -285,16 +283,10 @@ def fit_problem(
     # (the information is computed from them): every start's would be starts × the Jacobian
     last, last_objective = None, np.inf
     bar = progress_bar(count, enabled=progress, description="starts", unit="start")
-    compiled = None
+    box = Box.of_fit(problem, dtype)
     try:
         for s0 in chosen:
-            if compiled is None:
-                clock = time.perf_counter()
-                compiled = _optimize.lower(problem, s0, optimizer, num_residuals).compile()
-                timings["compile"] += time.perf_counter() - clock
-            clock = time.perf_counter()
-            optimum = jax.device_get(compiled(problem, s0, optimizer, num_residuals))
-            timings["run"] += time.perf_counter() - clock
+            optimum = optimize_within(problem, s0, box, optimizer, residual_count(problem), timings)
             ended = {k: optimum.pop(k) for k in ("residuals", "jacobian") if k in optimum}
             if ended and float(optimum["objective"]) < last_objective:  # NaN is not
                 last, last_objective = (len(optima), ended), float(optimum["objective"])
@@ -419,9 +411,63 @@ def _screen(problem: Problem, candidates):
     return jax.lax.map(lambda s: jnp.sum(residual_scaled(s) ** 2), candidates)
 
 
+class Box(eqx.Module):
+    """What a Levenberg–Marquardt run of `_optimize` is given at run time, so that a fit, a
+    profile (one unknown pinned: its bounds equal) and a refit (other measured values) run
+    one compiled program: the box on the unknowns' scales, the measured values (in the
+    study's order of measurements) and the Levenberg steps first (`bounded_lm.minimize`)."""
+
+    lower: jax.Array  # (unknowns,) on their scales
+    upper: jax.Array  # (unknowns,)
+    measured: jax.Array  # (measurements,)
+    levenberg_steps: jax.Array  # integer scalar
+
+    @classmethod
+    def of_fit(cls, problem: Problem, dtype):
+        """The fit's: the unknowns' bounds, the study's measurements and, where every unknown
+        is on a log scale, `LEVENBERG_STEPS`."""
+        tables = problem.tables
+        return cls(
+            jnp.asarray(tables.lower, dtype),
+            jnp.asarray(tables.upper, dtype),
+            jnp.asarray(tables.row_value, dtype),
+            jnp.asarray(_levenberg_steps(tables), jnp.result_type(int)),
+        )
+
+
+# One compiled `_optimize` per (study, settings), kept while the study lives: `ds.profile` and
+# `ds.refit` after `ds.fit` in one process run the fit's program instead of compiling their own
+# (Boehm's profile of one unknown: 15.2 s, of it ~14 s compiling, before).
+_PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionary()
+
+
+def residual_count(problem: Problem) -> int:
+    """The length of the study's residual vector: two per measurement, one per prior."""
+    priors = sum(problem.unknowns[n].prior is not None for n in problem.names)
+    return 2 * len(problem.tables.row_time) + priors
+
+
+def optimize_within(problem: Problem, s0, box: Box, optimizer, num_residuals: int, timings):
+    """`_optimize` from `s0` within `box` (host values), compiled once per study and
+    settings, adding its compile and run times to `timings`."""
+    programs = _PROGRAMS.setdefault(problem, {})
+    signature = (optimizer, num_residuals, s0.dtype, s0.shape, box.lower.dtype)
+    compiled = programs.get(signature)
+    if compiled is None:
+        clock = time.perf_counter()
+        compiled = _optimize.lower(problem, s0, box, optimizer, num_residuals).compile()
+        timings["compile"] += time.perf_counter() - clock
+        programs[signature] = compiled
+    clock = time.perf_counter()
+    optimum = jax.device_get(compiled(problem, s0, box, optimizer, num_residuals))
+    timings["run"] += time.perf_counter() - clock
+    return optimum
+
+
 @eqx.filter_jit
-def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
-    """One optimisation from `s0` (on the unknowns' scales) and the objective at its end."""
+def _optimize(problem: Problem, s0, box: Box, optimizer, num_residuals: int):
+    """One optimisation from `s0` (on the unknowns' scales) and the objective at its end;
+    Levenberg–Marquardt within `box`, BFGS within the unknowns' bounds (a fit's only)."""
     tables = problem.tables
     residual_scaled = _scaled_residuals(problem)
     if optimizer.method == "bfgs":  # on unbounded coordinates: a logistic map onto the box
@@ -443,7 +489,8 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
     else:  # Levenberg–Marquardt within the bounds, on the scales themselves
 
         def residuals_and_likelihood(scaled):
-            return residuals_and_terms(problem, to_natural_values(scaled, tables.scales))
+            natural = to_natural_values(scaled, tables.scales)
+            return residuals_and_terms(problem, natural, box.measured)
 
         # the likelihood at the optimum from the pass that linearises there: another
         # simulation after the loop was one more copy of the study's solves in this program
@@ -451,13 +498,13 @@ def _optimize(problem: Problem, s0, optimizer, num_residuals: int):
         optimum = bounded_lm.minimize(
             residuals_and_likelihood,
             s0,
-            tables.lower,
-            tables.upper,
+            box.lower,
+            box.upper,
             max_steps=optimizer.max_steps,
             rtol=optimizer.rtol,
             atol=optimizer.atol,
-            refine=_closed_form_refinement(problem),
-            levenberg_steps=_levenberg_steps(tables),
+            refine=_closed_form_refinement(problem, box.measured),
+            levenberg_steps=box.levenberg_steps,
             has_aux=True,
         )
         scaled = optimum.u

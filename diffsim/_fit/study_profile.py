@@ -1,31 +1,26 @@
 """`ds.profile` and `ds.refit` of a study (`ds.ProblemFit`): the profile likelihood of one
-unknown (every other unknown refitted within its bounds at each value, one compiled program),
-and the same fit repeated on replicate datasets of the study's measurements (bootstrap,
-calibration of intervals)."""
+unknown (every other unknown refitted within its bounds at each value), and the same fit
+repeated on replicate datasets of the study's measurements (bootstrap, calibration of
+intervals); both through the program `ds.fit` compiled for the study."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_real, check_static_count
-from . import bounded_lm
+from . import optimize as opt
 from .optimize import FIT_RESULTS
 from .profile import _crossing, Profile, profile as _profile_of_fit
 from .refit import FitBatch, refit as _refit_of_fit
 from .study_fit import (
-    _closed_form_refinement,
     _information,
+    _information_from_last_jacobian,
     _inverse,
-    information_from_least_squares,
-    last_jacobian_serves,
+    Box,
+    optimize_within,
     ProblemFit,
+    residual_count,
 )
-from .study_objective import (
-    natural_on_host,
-    residuals_and_terms,
-    scaled_on_host,
-    to_natural_values,
-)
+from .study_objective import natural_on_host, scaled_on_host
 from .uncertainty import chi2_quantile_1dof
 
 
@@ -119,7 +114,13 @@ def profile_problem(
         )
     grid = np.linspace(low, high, points)
     dtype = jnp.result_type(float)
-    out = jax.device_get(_profile(problem, jnp.asarray(best, dtype), jnp.asarray(grid, dtype), j))
+    timings = dict(compile=0.0, run=0.0)
+    optima = []
+    for value in grid:  # unknown j pinned at the value, from the estimate of the others
+        start, lower, upper = best.copy(), tables.lower.copy(), tables.upper.copy()
+        start[j] = lower[j] = upper[j] = value
+        optima.append(_refit(problem, start, dict(lower=lower, upper=upper), dtype, timings))
+    out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
     loss = 2 * (np.asarray(out["nll"]) + np.asarray(out["prior"]))
     reference = -2 * result.log_posterior
     minimum = min(reference, float(np.nanmin(loss)))
@@ -152,42 +153,22 @@ def profile_problem(
     )
 
 
-def _fit_within(problem, start, lower, upper, measured=None):
-    """Levenberg–Marquardt within (lower, upper) from `start` (on the scales), with the noise
-    levels in closed form, as `ds.fit(problem)` runs it; the `Optimum`'s `aux` is (NLL,
-    −log-prior, `smallest_logged`) at its end (`residuals_and_terms`)."""
-    tables = problem.tables
-
-    def residual_scaled(scaled):
-        return residuals_and_terms(problem, to_natural_values(scaled, tables.scales), measured)
-
-    return bounded_lm.minimize(
-        residual_scaled,
-        start,
-        lower,
-        upper,
-        max_steps=512,
-        rtol=1e-8,
-        atol=1e-10,
-        refine=_closed_form_refinement(problem, measured),
-        has_aux=True,
+def _refit(problem, start, changes: dict, dtype, timings) -> dict:
+    """Levenberg–Marquardt from `start` within the fit's box with `changes` (host values of
+    `Box` fields: `lower`, `upper`, `measured`), without Levenberg steps first (a profile's
+    point starts next to its optimum; a refit as the profile's), through the fit's compiled
+    program (`study_fit.optimize_within`: one compile per study and process)."""
+    fit_box = Box.of_fit(problem, dtype)
+    box = Box(
+        **{
+            name: jnp.asarray(changes.get(name, getattr(fit_box, name)), dtype)
+            for name in ("lower", "upper", "measured")
+        },
+        levenberg_steps=jnp.asarray(0, fit_box.levenberg_steps.dtype),
     )
-
-
-def _profile_body(problem, best, grid, j):
-    tables = problem.tables
-
-    def one(value):
-        lower = jnp.asarray(tables.lower, best.dtype).at[j].set(value)
-        upper = jnp.asarray(tables.upper, best.dtype).at[j].set(value)
-        optimum = _fit_within(problem, best.at[j].set(value), lower, upper)
-        nll, prior, _ = optimum.aux
-        return dict(nll=nll, prior=prior, code=optimum.code)
-
-    return jax.lax.map(one, grid)
-
-
-_profile = jax.jit(_profile_body, static_argnums=(0, 3))
+    optimizer = opt.Optimizer("lm", 512, 1e-8, 1e-10)  # `ds.fit`'s defaults
+    start = jnp.asarray(start, dtype)
+    return optimize_within(problem, start, box, optimizer, residual_count(problem), timings)
 
 
 def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
@@ -221,12 +202,19 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
     else:
         first = scaled_on_host(problem.first_guess(), tables.scales)
     dtype = jnp.result_type(float)
-    out = jax.device_get(_refit(problem, jnp.asarray(first, dtype), jnp.asarray(values, dtype)))
-    scaled = np.asarray(out["scaled"])
+    timings = dict(compile=0.0, run=0.0)
+    optima = [_refit(problem, first, dict(measured=row), dtype, timings) for row in values]
+    out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
+    scaled = out["scaled"]
     z = float(norm.ppf(0.5 + result.level / 2))
     stderr = np.full(scaled.shape, np.nan)
-    for r, information in enumerate(np.asarray(out["information"])):
-        if not out["usable"][r]:  # priors, Laplace noise, a clipped noise root: its own pass
+    for r in range(len(values)):
+        information = None
+        if "jacobian" in out:
+            information = _information_from_last_jacobian(
+                problem, out["residuals"][r], out["jacobian"][r]
+            )
+        if information is None:  # priors, Laplace noise, a clipped noise root: its own pass
             information = _information(
                 problem, jnp.asarray(scaled[r], dtype), jnp.asarray(values[r], dtype)
             )
@@ -244,32 +232,3 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
         loss=np.asarray(out["nll"]),
         level=result.level,
     )
-
-
-def _refit_body(problem, first, values):
-    """Each replicate's fit and its Fisher information from the Jacobian its fit ended with
-    (`information_from_least_squares`: no third pass through the study's solves in this
-    program), where that can give it; `usable` marks the replicates whose information
-    `refit_problem` computes by `_information` instead."""
-    tables = problem.tables
-    rows = len(tables.row_time)
-    serves = last_jacobian_serves(problem)
-
-    def one(measured):
-        optimum = _fit_within(problem, first, tables.lower, tables.upper, measured)
-        if serves:
-            information, usable = information_from_least_squares(
-                optimum.residuals, optimum.jacobian, rows, jnp
-            )
-        else:
-            information = jnp.zeros((len(first), len(first)), first.dtype)
-            usable = jnp.asarray(False)
-        nll = optimum.aux[0]
-        return dict(
-            scaled=optimum.u, nll=nll, code=optimum.code, information=information, usable=usable
-        )
-
-    return jax.lax.map(one, values)
-
-
-_refit = jax.jit(_refit_body, static_argnums=(0,))
