@@ -121,6 +121,11 @@ def test_profile_interval_agrees_with_wald_for_a_well_determined_parameter(pendu
     # nearly linear in this direction: ends within 10% of the interval's width
     assert abs(low - wald_low) < 0.1 * width and abs(high - wald_high) < 0.1 * width
     assert low < pendulum_fit.params["damping"] < high
+    # the profiled unknown is an input of the profile's program: another one compiles nothing
+    from test_compile import _compiles
+
+    other, compiled = _compiles(lambda: ds.profile(pendulum_fit, "length", points=11))
+    assert compiled == 0 and other.converged.all()
 
 
 def test_fixed_parameters_stay_fixed_and_partial_initial_state():

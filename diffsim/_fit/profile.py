@@ -76,7 +76,8 @@ def profile(
     level: float | None = None,
 ) -> Profile:
     """Profile likelihood of the unknown `name` of a fit: refit every other unknown with `name`
-    fixed at each of `points` values (all at once under `vmap`, each starting from the best fit).
+    fixed at each of `points` values (all at once under `vmap`, each starting from the best fit;
+    one compiled program for every unknown of the fit).
 
     **Arguments:**
 
@@ -116,7 +117,8 @@ def profile(
     dtype = problem.y0.dtype
     p_hat = jnp.asarray(np.array([result.params[n] for n in result.names]), dtype)
     grid = jnp.asarray(values, dtype)
-    optimum = jax.device_get(_profile_run(problem, p_hat, grid, j, result._settings.optimizer))
+    optimizer = result._settings.optimizer
+    optimum = jax.device_get(_profile_run(problem, p_hat, grid, jnp.asarray(j), optimizer))
     loss = np.asarray(optimum.loss, np.float64)
     best = min(result.loss, float(np.nanmin(loss)))
     if best < result.loss * (1 - BEATEN):
@@ -173,15 +175,22 @@ def _grid(result: FitResult, j: int, points: int, span: float, range) -> np.ndar
 
 
 @eqx.filter_jit
-def _profile_run(problem, p_hat, grid, j: int, optimizer):
+def _profile_run(problem, p_hat, grid, j, optimizer):
     """Refit the other unknowns at each value of unknown `j` in `grid`, from the best fit
-    `p_hat` (one program: the transforms of the start are inside it too)."""
+    `p_hat` (one program: the transforms of the start are inside it too). `j` is an input of
+    the program, not a constant of it: the profile of another unknown of the fit runs the
+    same program."""
+    n = p_hat.shape[0]
+    index = jnp.arange(n)
+    others = jnp.where(index[:-1] < j, index[:-1], index[:-1] + 1)  # (n - 1,) but j
+    # u from (the others, u_j): u[i] = combined[order[i]]
+    order = jnp.where(index < j, index, jnp.where(index == j, n - 1, index - 1))
     fixed_u = jax.vmap(lambda v: problem.unconstrained(p_hat.at[j].set(v))[j])(grid)
-    rest_u = jnp.delete(problem.unconstrained(p_hat), j)
+    rest_u = problem.unconstrained(p_hat)[others]
 
     def one(u_j):
         def residuals(rest):
-            u = jnp.concatenate([rest[:j], u_j[None], rest[j:]])
+            u = jnp.concatenate([rest, u_j[None]])[order]
             return problem.residuals(problem.natural(u))
 
         return opt.optimize(residuals, rest_u, optimizer, problem.num_residuals)
