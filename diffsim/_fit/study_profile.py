@@ -119,7 +119,8 @@ def profile_problem(
     for value in grid:  # unknown j pinned at the value, from the estimate of the others
         start, lower, upper = best.copy(), tables.lower.copy(), tables.upper.copy()
         start[j] = lower[j] = upper[j] = value
-        optima.append(_refit(problem, start, dict(lower=lower, upper=upper), dtype, timings))
+        optimum = _refit(problem, start, dict(lower=lower, upper=upper), dtype, timings)
+        optima.append({k: optimum[k] for k in ("nll", "prior", "code")})
     out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
     loss = 2 * (np.asarray(out["nll"]) + np.asarray(out["prior"]))
     reference = -2 * result.log_posterior
@@ -203,23 +204,22 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
         first = scaled_on_host(problem.first_guess(), tables.scales)
     dtype = jnp.result_type(float)
     timings = dict(compile=0.0, run=0.0)
-    optima = [_refit(problem, first, dict(measured=row), dtype, timings) for row in values]
-    out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
-    scaled = out["scaled"]
     z = float(norm.ppf(0.5 + result.level / 2))
-    stderr = np.full(scaled.shape, np.nan)
-    for r in range(len(values)):
-        information = None
-        if "jacobian" in out:
-            information = _information_from_last_jacobian(
-                problem, out["residuals"][r], out["jacobian"][r]
-            )
+    optima, stderr = [], np.full((len(values), len(names)), np.nan)
+    for r, row in enumerate(values):
+        optimum = _refit(problem, first, dict(measured=row), dtype, timings)
+        # the information from the Jacobian the fit ended with, kept for this replicate only
+        ended = {k: optimum.pop(k) for k in ("residuals", "jacobian")}
+        information = _information_from_last_jacobian(problem, **ended)
         if information is None:  # priors, Laplace noise, a clipped noise root: its own pass
             information = _information(
-                problem, jnp.asarray(scaled[r], dtype), jnp.asarray(values[r], dtype)
+                problem, jnp.asarray(optimum["scaled"], dtype), jnp.asarray(row, dtype)
             )
         covariance = _inverse(np.asarray(information), names, [])
         stderr[r] = np.sqrt(np.maximum(np.diag(covariance), 0.0))
+        optima.append(optimum)
+    out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
+    scaled = out["scaled"]
     low = natural_on_host(scaled - z * stderr, tables.scales)
     high = natural_on_host(scaled + z * stderr, tables.scales)
     natural = natural_on_host(scaled, tables.scales)
