@@ -34,8 +34,9 @@ def profile(
     level: float | None = None,
 ) -> Profile:
     """Profile likelihood of the unknown `name` of a fit: refit every other unknown with `name`
-    fixed at each of `points` values (each starting from the best fit, in one compiled
-    program).
+    fixed at each of `points` values (each starting from the best fit). One compiled program
+    serves every unknown of the fit; for a `ds.ProblemFit` it is the fit's own (nothing is
+    compiled after `ds.fit` in the same process).
 
     **Arguments:**
 
@@ -57,7 +58,9 @@ def profile(
 
 
 def refit(result, values, *, start: str = "guess") -> FitBatch:
-    """Fit `result`'s problem again to each dataset in `values`, all in one compiled program.
+    """Fit `result`'s problem again to each dataset in `values`: for a `ds.FitResult` all at
+    once in one compiled program, for a `ds.ProblemFit` one after another through the fit's
+    own program.
 
     **Arguments:**
 
