@@ -15,10 +15,10 @@ priors' Hessian), on each unknown's scale: standard errors and Wald intervals th
 back to natural values (a log10 unknown's interval is a factor either way).
 """
 
+import collections
 import dataclasses
 import math
 import time
-import weakref
 
 import equinox as eqx
 import jax
@@ -435,10 +435,13 @@ class Box(eqx.Module):
         )
 
 
-# One compiled `_optimize` per (study, settings), kept while the study lives: `ds.profile` and
-# `ds.refit` after `ds.fit` in one process run the fit's program instead of compiling their own
-# (Boehm's profile of one unknown: 15.2 s, of it ~14 s compiling, before).
-_PROGRAMS: "weakref.WeakKeyDictionary[Problem, dict]" = weakref.WeakKeyDictionary()
+# The compiled `_optimize` programs of the last few (study, settings), most recent last:
+# `ds.profile` and `ds.refit` after `ds.fit` in one process run the fit's program instead of
+# compiling their own (Boehm's profile of one unknown: 15.2 s before, ~6 s of it compiling).
+# Bounded: a compiled program holds its study and keeps ~100s of memory mappings of XLA:CPU
+# (tests/conftest.py), so an entry per study ever fitted would never be freed.
+_PROGRAMS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_KEPT_PROGRAMS = 4
 
 
 def residual_count(problem: Problem) -> int:
@@ -449,15 +452,20 @@ def residual_count(problem: Problem) -> int:
 
 def optimize_within(problem: Problem, s0, box: Box, optimizer, num_residuals: int, timings):
     """`_optimize` from `s0` within `box` (host values), compiled once per study and
-    settings, adding its compile and run times to `timings`."""
-    programs = _PROGRAMS.setdefault(problem, {})
-    signature = (optimizer, num_residuals, s0.dtype, s0.shape, box.lower.dtype)
-    compiled = programs.get(signature)
-    if compiled is None:
+    settings while it is among the last `_KEPT_PROGRAMS` used, adding its compile and run
+    times to `timings`."""
+    # the entry holds the study itself, so its id is not reused while the entry is kept
+    key = (id(problem), optimizer, num_residuals, s0.dtype, s0.shape, box.lower.dtype)
+    if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
+        compiled = _PROGRAMS[key][1]
+    else:
         clock = time.perf_counter()
         compiled = _optimize.lower(problem, s0, box, optimizer, num_residuals).compile()
         timings["compile"] += time.perf_counter() - clock
-        programs[signature] = compiled
+        _PROGRAMS[key] = (problem, compiled)
+        while len(_PROGRAMS) > _KEPT_PROGRAMS:
+            _PROGRAMS.popitem(last=False)
     clock = time.perf_counter()
     optimum = jax.device_get(compiled(problem, s0, box, optimizer, num_residuals))
     timings["run"] += time.perf_counter() - clock
