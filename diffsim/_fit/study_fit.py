@@ -51,6 +51,10 @@ from .study_objective import (
     u_from_scaled,
 )
 
+# `ds.fit(problem)`'s optimiser with its defaults; a study's profiles and refits run it too,
+# so that they run the fit's compiled program (`optimize_within`)
+DEFAULT_LM = opt.Optimizer("lm", 512, 1e-8, 1e-10)
+
 # two starts reached the same optimum when their log-likelihoods differ by less than this
 # (the benchmark collection's own criterion for "reached the best known value")
 SAME_OPTIMUM = 0.1
@@ -241,13 +245,15 @@ def fit_problem(
     if key is not None:
         check_key("key", key)
     max_iterations = (
-        512 if max_iterations is None else check_static_count("max_iterations", max_iterations)
+        DEFAULT_LM.max_steps
+        if max_iterations is None
+        else check_static_count("max_iterations", max_iterations)
     )
     optimizer = opt.Optimizer(
         method,
         max_iterations,
-        1e-8 if rtol is None else float(rtol),
-        1e-10 if atol is None else float(atol),
+        DEFAULT_LM.rtol if rtol is None else float(rtol),
+        DEFAULT_LM.atol if atol is None else float(atol),
     )
     tables = problem.tables
     dtype = jnp.result_type(float)

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validate import check_real, check_static_count
-from . import optimize as opt
 from .optimize import FIT_RESULTS
 from .profile import _crossing, Profile, profile as _profile_of_fit
 from .refit import FitBatch, refit as _refit_of_fit
@@ -16,6 +15,7 @@ from .study_fit import (
     _information_from_last_jacobian,
     _inverse,
     Box,
+    DEFAULT_LM,
     optimize_within,
     ProblemFit,
     residual_count,
@@ -117,12 +117,12 @@ def profile_problem(
         )
     grid = np.linspace(low, high, points)
     dtype = jnp.result_type(float)
-    timings = dict(compile=0.0, run=0.0)
+    timings, box = dict(compile=0.0, run=0.0), Box.of_fit(problem, dtype)
     optima = []
     for value in grid:  # unknown j pinned at the value, from the estimate of the others
         start, lower, upper = best.copy(), tables.lower.copy(), tables.upper.copy()
         start[j] = lower[j] = upper[j] = value
-        optimum = _refit(problem, start, dict(lower=lower, upper=upper), dtype, timings)
+        optimum = _refit(problem, start, box, dict(lower=lower, upper=upper), timings)
         optima.append({k: optimum[k] for k in ("nll", "prior", "code")})
     out = {k: np.stack([o[k] for o in optima]) for k in optima[0]}
     loss = 2 * (np.asarray(out["nll"]) + np.asarray(out["prior"]))
@@ -157,22 +157,21 @@ def profile_problem(
     )
 
 
-def _refit(problem, start, changes: dict, dtype, timings) -> dict:
-    """Levenberg–Marquardt from `start` within the fit's box with `changes` (host values of
+def _refit(problem, start, box: Box, changes: dict, timings) -> dict:
+    """Levenberg–Marquardt from `start` within the fit's `box` with `changes` (host values of
     `Box` fields: `lower`, `upper`, `measured`), without Levenberg steps first (a profile's
     point starts next to its optimum; a refit as the profile's), through the fit's compiled
     program (`study_fit.optimize_within`: one compile per study and process)."""
-    fit_box = Box.of_fit(problem, dtype)
+    dtype = box.lower.dtype
     box = Box(
         **{
-            name: jnp.asarray(changes.get(name, getattr(fit_box, name)), dtype)
+            name: jnp.asarray(changes.get(name, getattr(box, name)), dtype)
             for name in ("lower", "upper", "measured")
         },
-        levenberg_steps=jnp.asarray(0, fit_box.levenberg_steps.dtype),
+        levenberg_steps=jnp.asarray(0, box.levenberg_steps.dtype),
     )
-    optimizer = opt.Optimizer("lm", 512, 1e-8, 1e-10)  # `ds.fit`'s defaults
     start = jnp.asarray(start, dtype)
-    return optimize_within(problem, start, box, optimizer, residual_count(problem), timings)
+    return optimize_within(problem, start, box, DEFAULT_LM, residual_count(problem), timings)
 
 
 def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
@@ -206,11 +205,11 @@ def refit_problem(result: ProblemFit, values, *, start: str) -> FitBatch:
     else:
         first = scaled_on_host(problem.first_guess(), tables.scales)
     dtype = jnp.result_type(float)
-    timings = dict(compile=0.0, run=0.0)
+    timings, box = dict(compile=0.0, run=0.0), Box.of_fit(problem, dtype)
     z = float(norm.ppf(0.5 + result.level / 2))
     optima, stderr = [], np.full((len(values), len(names)), np.nan)
     for r, row in enumerate(values):
-        optimum = _refit(problem, first, dict(measured=row), dtype, timings)
+        optimum = _refit(problem, first, box, dict(measured=row), timings)
         # the information from the Jacobian the fit ended with, kept for this replicate only
         ended = {k: optimum.pop(k) for k in ("residuals", "jacobian")}
         information = _information_from_last_jacobian(problem, **ended)
