@@ -157,18 +157,18 @@ def profile_problem(
     )
 
 
-def _refit(problem, start, box: Box, changes: dict, timings) -> dict:
-    """Levenberg–Marquardt from `start` within the fit's `box` with `changes` (host values of
-    `Box` fields: `lower`, `upper`, `measured`), without Levenberg steps first (a profile's
-    point starts next to its optimum; a refit as the profile's), through the fit's compiled
-    program (`study_fit.optimize_within`: one compile per study and process)."""
-    dtype = box.lower.dtype
+def _refit(problem, start, fit_box: Box, changes: dict, timings) -> dict:
+    """Levenberg–Marquardt from `start` within the fit's `fit_box` with `changes` (host
+    values of `Box` fields: `lower`, `upper`, `measured`), without Levenberg steps first (a
+    profile's point starts next to its optimum; a refit as the profile's), through the fit's
+    compiled program (`study_fit.optimize_within`: one compile per study and process)."""
+    dtype = fit_box.lower.dtype
     box = Box(
         **{
-            name: jnp.asarray(changes.get(name, getattr(box, name)), dtype)
+            name: jnp.asarray(changes.get(name, getattr(fit_box, name)), dtype)
             for name in ("lower", "upper", "measured")
         },
-        levenberg_steps=jnp.asarray(0, box.levenberg_steps.dtype),
+        levenberg_steps=jnp.asarray(0, fit_box.levenberg_steps.dtype),
     )
     start = jnp.asarray(start, dtype)
     return optimize_within(problem, start, box, DEFAULT_LM, residual_count(problem), timings)
