@@ -19,11 +19,13 @@ For each:
             The peer, from the first P of the same starts: pyPESTO + AMICI (the field's
             reference: AMICI compiles the SBML model to C++ with forward sensitivities;
             pyPESTO optimises with fides, its trust region on AMICI's Fisher information, and
-            with its default, scipy's L-BFGS-B) where `amici`, `pypesto` and `fides` import
-            (`pip install swig amici pypesto fides`: AMICI builds from source with the
-            system's C++ compiler, ~3 minutes; not a dependency of the bench extra); else
-            scipy's `least_squares(trf)` over `solve_ivp(LSODA)` on the same residuals and
-            scales (experiments/bench/studies.py), each start capped in time.
+            with its default, scipy's L-BFGS-B) where `amici`, `pypesto`, `fides` and
+            `petab` import (`pip install swig amici "pypesto[petab]" fides`: pyPESTO's PEtab
+            import needs the `petab` library, which plain `pypesto` does not install; AMICI
+            builds from source with the system's C++ compiler, ~3 minutes; not a dependency
+            of the bench extra); else scipy's `least_squares(trf)` over `solve_ivp(LSODA)`
+            on the same residuals and scales (experiments/bench/studies.py), each start
+            capped in time.
 
 Run: `python experiments/bench/petab.py [--starts S] [--peer-starts P] [--problems A,B]
 [--peer scipy|pypesto] [--quick]` (quick, for CI: Boehm alone, 2 starts, 1 peer start).
