@@ -5,6 +5,7 @@ of very different step counts, consistent initial states and the errors for bad 
 
 import functools
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -585,6 +586,38 @@ def test_options_rosenbrock_solvers_do_not_take():
         ds.simulate(model, y0, ts, solver=ds.Rodas5P(), adjoint="checkpoint")
     with pytest.raises(ValueError, match="dtmin=.* is above dtmax"):
         ds.Rodas5P(dtmin=1.0, dtmax=0.1)
+
+
+@pytest.mark.parametrize(
+    "solver, model, y0",
+    [
+        (ds.Rodas5P(rtol=1e-8, atol=1e-10), models.Robertson(), [1.0, 0.0, 0.0]),
+        (ds.Tsit5(rtol=1e-8, atol=1e-10), models.LotkaVolterra(), [10.0, 5.0]),  # lean loop
+    ],
+)
+def test_forward_only_adjoint_gives_the_default_jacobian_with_a_tangent_per_direction(
+    solver, model, y0
+):
+    # adjoint=diffrax.ForwardMode(): JAX's forward mode through the solve's own loop, one
+    # tangent per direction asked, where the default's rule carries one per input of the solve
+    # (here 2 directions set 6 inputs: the three first fields and y0); the same derivative of
+    # the same discrete solution, so equal to round-off, and reverse mode refused
+    names = [name for name in ("k1", "k2", "k3", "alpha", "beta", "gamma") if hasattr(model, name)]
+    y0, ts = jnp.array(y0), jnp.array([0.0, 0.5, 4.0])
+
+    def states(theta, **options):
+        fields = [getattr(model, name) * jnp.exp(theta[i % 2]) for i, name in enumerate(names)]
+        m = eqx.tree_at(lambda m: [getattr(m, name) for name in names], model, fields)
+        start = y0 * (1.0 + 0.1 * theta[1]) + 0.01 * theta[0]
+        return ds.simulate(m, start, ts, solver=solver, **options).ys
+
+    theta = jnp.array([0.1, -0.2])
+    forward = jax.jit(jax.jacfwd(lambda th: states(th, adjoint=diffrax.ForwardMode())))(theta)
+    default = jax.jit(jax.jacfwd(states))(theta)
+    assert np.all(np.isfinite(forward)) and np.max(np.abs(forward)) > 0
+    np.testing.assert_allclose(forward, default, rtol=1e-9, atol=1e-12 * np.abs(default).max())
+    with pytest.raises(ValueError, match="[Rr]everse-mode differentiation does not work"):
+        jax.grad(lambda th: jnp.sum(states(th, adjoint=diffrax.ForwardMode())))(theta)
 
 
 def test_consistent_initial_state_of_an_ode_is_the_state_itself():

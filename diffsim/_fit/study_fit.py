@@ -504,7 +504,7 @@ def _optimize(problem: Problem, s0, box: Box, optimizer, num_residuals: int):
 
         def residuals_and_likelihood(scaled):
             natural = to_natural_values(scaled, tables.scales)
-            return residuals_and_terms(problem, natural, box.measured)
+            return residuals_and_terms(problem, natural, box.measured, forward=True)
 
         # the likelihood at the optimum from the pass that linearises there: another
         # simulation after the loop was one more copy of the study's solves in this program
@@ -557,7 +557,9 @@ def _information(problem: Problem, scaled, measured=None):
     tables = problem.tables
 
     def fisher(scaled):
-        return fisher_residuals(problem, to_natural_values(scaled, tables.scales), measured)
+        return fisher_residuals(
+            problem, to_natural_values(scaled, tables.scales), measured, forward=True
+        )
 
     jacobian = jax.jacfwd(fisher)(scaled)
     return jacobian.T @ jacobian + prior_hessian(problem, scaled)

@@ -13,6 +13,7 @@ roots real for σ (and densities) down to e^(−C/2); below that the root is hel
 
 import math
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -112,10 +113,11 @@ def u_from_scaled(theta_scaled, tables):
 # --- simulations and measurements -------------------------------------------------------------
 
 
-def _simulate_group(problem, group, theta, dtype, base=None, subset=None):
+def _simulate_group(problem, group, theta, dtype, base=None, subset=None, forward=False):
     """States at the group's output times, (members, times, n); NaN for a member whose
     simulation (or pre-equilibration) failed. With `subset` (an index array of members),
-    only those are simulated: (len(subset), times, n)."""
+    only those are simulated: (len(subset), times, n). `forward`: differentiated in forward
+    mode only (`_solve`)."""
     settings = group.settings.values(theta)
     pre = None if group.pre is None else group.pre.values(theta)
     reset = None if group.reset is None else jnp.asarray(group.reset)
@@ -139,8 +141,8 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None):
             rested = jnp.where(anew, start, rest.y)
             start = jnp.where(rest.succeeded, rested, jnp.nan)
         if segments is not None:
-            return _run_segments(problem, group.segments.functions, start, segments, base)
-        return _solve(problem, simulation_model(problem, values, base), start, times)
+            return _run_segments(problem, group.segments.functions, start, segments, base, forward)
+        return _solve(problem, simulation_model(problem, values, base), start, times, forward)
 
     segments = None
     if group.segments is not None:
@@ -166,15 +168,27 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None):
     return jax.vmap(member, in_axes=axes)(*arguments)
 
 
-def _solve(problem, model, start, times):
-    """The states at `times` (NaN where the solve failed)."""
+def _solve(problem, model, start, times, forward=False):
+    """The states at `times` (NaN where the solve failed). `forward`: the solve is only
+    differentiated in forward mode (a fit's Jacobian), whose tangents then run through the
+    loop one per unknown instead of one per input of the solve (the Jacobian `simulate`'s
+    default takes so that reverse mode can transpose it): a study's unknowns set more inputs
+    than there are unknowns (Bruno's 13 set 25 parameters and initial states), and above 32
+    inputs the default prepares a reverse pass."""
+    options = {"adjoint": diffrax.ForwardMode()} if forward else {}
     solution = simulate(
-        model, start, times, solver=problem.solver, max_steps=problem.max_steps, throw=False
+        model,
+        start,
+        times,
+        solver=problem.solver,
+        max_steps=problem.max_steps,
+        throw=False,
+        **options,
     )
     return jnp.where(solution.succeeded, solution.ys, jnp.nan)
 
 
-def _run_segments(problem, functions, start, segments, base):
+def _run_segments(problem, functions, start, segments, base, forward=False):
     """One experiment with changes at given times (`study_changes`): its segments in turn,
     as one `lax.scan` (one solve compiled however many segments); the states at every
     segment's padded times, concatenated, (segments · width, n)."""
@@ -203,7 +217,7 @@ def _run_segments(problem, functions, start, segments, base):
         changed = jnp.where(assign, new, y)
         if functions:
             changed = jax.lax.switch(j, branches, changed, y, parameters_dict(problem, before))
-        ys = _solve(problem, simulation_model(problem, own, base), changed, ts)
+        ys = _solve(problem, simulation_model(problem, own, base), changed, ts, forward)
         return ys[stop], ys
 
     steps = jnp.arange(segments)
@@ -213,18 +227,19 @@ def _run_segments(problem, functions, start, segments, base):
     return ys.reshape(-1, ys.shape[-1])
 
 
-def row_states(problem, theta, dtype, model=None, batch=None):
+def row_states(problem, theta, dtype, model=None, batch=None, forward=False):
     """The state at every measurement, (measurements, n), in the study's row order; `model`
     in place of `problem.model` when given.
 
     `batch` (per group, an index array of its members, or None for all): only those members
     are simulated; the rows of the others take a simulated member's states (solved, so that
-    no failed solve enters; `negative_log_likelihood` selects those rows out)."""
+    no failed solve enters; `negative_log_likelihood` selects those rows out). `forward`:
+    differentiated in forward mode only (`_solve`)."""
     tables = problem.tables
     pieces = []
     for g, group in enumerate(tables.groups):
         subset = None if batch is None else batch[g]
-        states = _simulate_group(problem, group, theta, dtype, model, subset)
+        states = _simulate_group(problem, group, theta, dtype, model, subset, forward)
         member = jnp.asarray(group.row_member)
         if subset is not None:
             # each member's place in the subset (the subset's first where it is not in it)
@@ -416,12 +431,14 @@ def residuals(problem, theta, measured=None):
     return residuals_and_terms(problem, theta, measured)[0]
 
 
-def residuals_and_terms(problem, theta, measured=None):
+def residuals_and_terms(problem, theta, measured=None, *, forward=False):
     """(`residuals`, (NLL, −log-prior, `smallest_logged`)) at natural θ from one simulation:
     the likelihood itself beside its least-squares form, which differs from it by a constant
-    only where no root is clipped (σ ≳ 1e-9, prior densities ≲ e^20)."""
+    only where no root is clipped (σ ≳ 1e-9, prior densities ≲ e^20). `forward`: for a
+    caller that differentiates it in forward mode only (`jax.jacfwd`; reverse mode then
+    fails), which is cheaper there (`_solve`)."""
     dtype = theta.dtype
-    states = row_states(problem, theta, dtype)
+    states = row_states(problem, theta, dtype, forward=forward)
     predictions, sigmas = observe(problem, theta, states, dtype)
     scaled, sigma, nll, jacobian = _noise_terms(problem, predictions, sigmas, dtype, measured)
     laplace = noise_constants(problem)[4]
@@ -439,12 +456,13 @@ def residuals_and_terms(problem, theta, measured=None):
     return jnp.concatenate([first, second, prior_roots]), terms
 
 
-def fisher_residuals(problem, theta, measured=None):
+def fisher_residuals(problem, theta, measured=None, *, forward=False):
     """Residuals whose Jacobian J gives the expected Fisher information JᵀJ of the
     measurements at natural θ: (m − y)/σ with σ held, and c·log σ with y held (c = √2 for
-    normal noise, 1 for Laplace: the information about log σ of one measurement)."""
+    normal noise, 1 for Laplace: the information about log σ of one measurement).
+    `forward` as for `residuals_and_terms`."""
     dtype = theta.dtype
-    states = row_states(problem, theta, dtype)
+    states = row_states(problem, theta, dtype, forward=forward)
     predictions, sigmas = observe(problem, theta, states, dtype)
     held = jax.lax.stop_gradient
     scaled, _, _, _ = _noise_terms(problem, predictions, held(sigmas), dtype, measured)

@@ -90,6 +90,11 @@ def _prepare(solver, inner, model, y0, ts, dt0):
 def _solve(model, y0, ts, controls, t_start, conditions, *, inner, max_steps, adjoint, directions):
     """Dispatch to the solve whose derivatives `adjoint` asks for."""
     args = (model, y0, ts, controls, t_start, conditions)
+    if isinstance(adjoint, diffrax.ForwardMode):
+        # forward mode only: JAX's forward mode through the loop with one tangent per
+        # direction asked (the lean loop where it applies), where "auto" takes the Jacobian
+        # over every differentiated input of the solve so that reverse mode can transpose it
+        return _solve_plain("lax", *args, inner=inner, max_steps=max_steps, directions=directions)
     if adjoint == "auto":
         return _diffeqsolve_any_order(
             *args, inner=inner, max_steps=max_steps, directions=directions

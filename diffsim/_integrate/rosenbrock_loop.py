@@ -9,6 +9,7 @@ forward mode runs through the Jacobian, the LU and the stages, and the step size
 fixed.
 """
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,7 @@ from .._solver.rosenbrock import (
     flat_field,
     linearise,
 )
-from .adaptive_loop import Attempt, Method, run_any_order, solved
+from .adaptive_loop import Attempt, Method, run, run_any_order, solved
 from .dae import consistency_error, mass_matrix_of, null_directions
 from .families import Solved, SolveRequest, solves
 from .step_control import check_adaptive_request, prepare
@@ -32,11 +33,13 @@ from .step_control import check_adaptive_request, prepare
 @solves(AbstractRosenbrock)
 def solve_rosenbrock_family(solver: AbstractRosenbrock, request: SolveRequest) -> Solved:
     dt = check_adaptive_request(solver, request)
-    if request.adjoint != "auto":
+    forward = isinstance(request.adjoint, diffrax.ForwardMode)
+    if request.adjoint != "auto" and not forward:
         raise ValueError(
             f"adjoint={request.adjoint!r} selects how diffrax differentiates its solves; "
             f"{type(solver).__name__} runs diffsim's own loop, differentiated in every mode "
-            "by its forward-mode Jacobian: leave adjoint='auto'"
+            "by its forward-mode Jacobian: leave adjoint='auto' (or pass "
+            "diffrax.ForwardMode() where only forward mode is asked for)"
         )
     if any(jnp.iscomplexobj(leaf) for leaf in jax.tree.leaves(request.y0)):
         raise TypeError(
@@ -52,11 +55,12 @@ def solve_rosenbrock_family(solver: AbstractRosenbrock, request: SolveRequest) -
         request.events,
         max_steps=request.max_steps,
         dense=request.dense,
+        forward=forward,
     )
 
 
 @eqx.filter_jit
-def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
+def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool, forward: bool):
     valid, model, y0, ts, controls = prepare(solver, solver.error_order, model, y0, ts, dt0)
     if model.mass_matrix is not None:
         # an inconsistent start is refused with its own code (simulate checks it eagerly too)
@@ -64,7 +68,18 @@ def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
     else:
         consistent = jnp.array(True)
     method = RosenbrockMethod(solver)
-    out = run_any_order(method, model, y0, ts, controls, events, max_steps=max_steps, dense=dense)
+    if forward:
+        # forward mode only (adjoint=diffrax.ForwardMode()): JAX's forward mode through the
+        # loop, one tangent per direction asked; `run_any_order`'s rule takes the Jacobian
+        # over every differentiated input so that reverse mode can transpose it, which costs
+        # more where the solve has more inputs than the caller directions (a study's
+        # unknowns set its parameters and initial states: Bruno's 13 unknowns are 25 inputs)
+        stepper = method.stepper(model, y0)
+        out = run(stepper, model, y0, ts, controls, events, max_steps=max_steps, dense=dense)
+    else:
+        out = run_any_order(
+            method, model, y0, ts, controls, events, max_steps=max_steps, dense=dense
+        )
     valid = valid & consistent
     code = jnp.where(consistent, RESULTS.successful, RESULTS.inconsistent_initial_state)
     attempts = out.accepted + out.rejected

@@ -171,6 +171,12 @@ def simulate(
       steps under `jax.checkpoint`), `None` (store every step) or an int (steps per block).
     - `adjoint`: adaptive solvers, how derivatives are computed: `"auto"`, `"checkpoint"`
       (diffrax's `RecursiveCheckpointAdjoint`: reverse mode only) or a `diffrax` adjoint.
+      `diffrax.ForwardMode()` (forward mode only: `jax.jvp`, `jax.jacfwd`) runs JAX's forward
+      mode through the solve's own loop (explicit pairs without events, Rosenbrock methods)
+      with one tangent per direction asked, where `"auto"` carries one per differentiated
+      input of the solve so that reverse mode can transpose it: cheaper for a Jacobian with
+      fewer columns than the solve has inputs (a fit's unknowns that set several parameters
+      and initial states); reverse mode then fails.
     - `key`: stochastic models (`ds.AbstractSDE`) with a stochastic solver (`ds.EulerMaruyama`,
       `ds.Milstein`): the PRNG key of the Brownian path. Step j (counted from `ts[0]`) uses
       `ds.brownian_increment(key, j, shape, dt)`, so the path depends on the key and the step
