@@ -6,7 +6,9 @@ bounded `while_loop` per member, so under `jax.vmap` every member keeps its own 
 tolerances are traced. The state is flattened into one vector for the linear algebra and
 unflattened for the model. Derivatives in every mode by the forward-mode Jacobian of the loop:
 forward mode runs through the Jacobian, the LU and the stages, and the step sizes are held
-fixed.
+fixed. With `adjoint=diffrax.ForwardMode()` the loop is differentiated forward only, one
+tangent per direction asked (a fit's Jacobian), without the rule that lets reverse mode
+transpose it.
 """
 
 import diffrax
