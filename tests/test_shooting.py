@@ -33,7 +33,8 @@ def test_windows_with_estimated_starts_find_what_one_shot_misses():
     assert abs(single.params["w"] - 2.0) > 0.5
     shooting = ds.multiple_shooting(problem, 10)
     assert len(shooting.experiments) == 10
-    assert len(shooting.tables.groups) == 2  # the first window, and the nine that follow
+    # one batch: the first window starts from its constant state as the others from theirs
+    assert [len(g.members) for g in shooting.tables.groups] == [10]
     assert shooting.names == ("w",) + tuple(
         f"swing [window {k}]:{i}" for k in range(1, 10) for i in range(2)
     )
@@ -71,6 +72,9 @@ def test_windows_at_the_trajectory_add_only_their_continuity_terms():
     )
     shooting = ds.multiple_shooting(problem, 3, sigma=[0.1, 0.2])
     assert len(shooting.experiments) == 6
+    # late's first window starts from its function of ω, a batch of its own; every other
+    # window from its `shoot:start` settings
+    assert sorted(len(g.members) for g in shooting.tables.groups) == [1, 5]
     constants = 2 * sum(np.log(1 / (np.sqrt(2 * np.pi) * s)) for s in (0.1, 0.2))  # per edge
     assert shooting.llh() == pytest.approx(problem.llh() + 2 * constants, abs=1e-6)
     with pytest.raises(ValueError, match=r"one per state component, 2\)"):

@@ -243,14 +243,14 @@ def test_a_mini_batch_of_two_of_three_maps_each_row_to_its_own_member():
 
 def test_mini_batches_of_time_windows_train_the_whole_series():
     """Time-window mini-batches are the two tools together: `ds.multiple_shooting` cuts each
-    experiment into three windows (the later ones starting from estimated states), and
-    `batch_size=2` simulates two of the four later windows each Adam step (both first
-    windows, a group of two). The trained network, put back into the original problem of
+    experiment into three windows (the later ones starting from estimated states, the first
+    from its experiment's: one batch of six), and `batch_size=3` simulates three of the six
+    windows each Adam step. The trained network, put back into the original problem of
     whole series, reaches the ceiling of exact data within 0.1 and k = 1."""
     train, _ = _problems()
     windows = ds.multiple_shooting(train, 3)
-    assert [len(g.members) for g in windows.tables.groups] == [2, 4]
-    trained = _trained(windows, batch_size=2, key=jax.random.key(1))
+    assert [len(g.members) for g in windows.tables.groups] == [6]
+    trained = _trained(windows, batch_size=3, key=jax.random.key(1))
     whole = train.with_model(trained.model)
     ceiling = 96 * np.log(1 / (np.sqrt(2 * np.pi) * 0.01))
     assert whole.llh({"k": trained.params["k"]}) == pytest.approx(ceiling, abs=0.1)

@@ -40,9 +40,12 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma=None) -> Problem
     boundary belongs to the window it ends), and per window after the first its start, the
     unknowns `"<name> [window k]:<i>"` (linear scale, unbounded, estimated), initialised
     from the original problem's trajectory at its unknowns' values. Windows after the first
-    start from their unknowns, not from a pre-equilibration. `ds.fit`'s screen scatters
-    unbounded unknowns by ±max(|value|, 1): give `starts=` (e.g. `problem.theta()[None]`)
-    to start from the trajectory itself.
+    start from their unknowns, not from a pre-equilibration. A first window whose
+    experiment starts from a constant state (no function of the parameters, no
+    pre-equilibration or reinitialisation) starts from it through the same settings, so
+    that all windows of that kind run as one vmapped batch (`_first_window_joins`).
+    `ds.fit`'s screen scatters unbounded unknowns by ±max(|value|, 1): give `starts=` (e.g.
+    `problem.theta()[None]`) to start from the trajectory itself.
     """
     if not isinstance(problem, Problem):
         raise TypeError(f"ds.multiple_shooting: expected a ds.Problem, got {problem!r}")
@@ -90,6 +93,7 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma=None) -> Problem
     ):
         edges = boundaries[e]
         window_of = np.searchsorted(edges, rows.time, side="left")  # edges[k-1] < t <= edges[k]
+        joins = _first_window_joins(experiment)
         for k in range(segments):
             start = [f"{label} [window {k}]:{i}" for i in range(size)]
             after = [f"{label} [window {k + 1}]:{i}" for i in range(size)]
@@ -117,11 +121,14 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma=None) -> Problem
                 settings.update({_NEXT.format(i): after[i] for i in range(size)})
             if k:
                 settings.update({_START.format(i): start[i] for i in range(size)})
+            elif joins:  # the first window starts from its experiment's constant state
+                y0 = np.asarray(experiment.y0, dtype=float).ravel()
+                settings.update({_START.format(i): float(y0[i]) for i in range(size)})
             experiments.append(
                 dataclasses.replace(
                     experiment,
                     data=data,
-                    y0=experiment.y0 if k == 0 else window_start,
+                    y0=experiment.y0 if k == 0 and not joins else window_start,
                     t0=float(experiment.t0) if k == 0 else float(edges[k - 1]),
                     set=settings,
                     pre_equilibrate=experiment.pre_equilibrate if k == 0 else None,
@@ -231,3 +238,16 @@ def _trajectory_at(problem: Problem, boundaries, size: int) -> list:
         np.asarray(p["prediction"]).reshape(len(edges), size)
         for p, edges in zip(probe.predictions(), boundaries)
     ]
+
+
+def _first_window_joins(experiment: Experiment) -> bool:
+    """Whether an experiment's first window can start as the later ones do, from the
+    `shoot:start` settings (its constant initial state as values): then every window of the
+    problem runs in one vmapped batch, one copy of the solves in a compiled fit or training
+    step instead of two. Not where its start is a function of the parameters, or comes from
+    a pre-equilibration or its reinitialisation."""
+    return (
+        not callable(experiment.y0)
+        and experiment.pre_equilibrate is None
+        and not experiment.reinitialize
+    )
