@@ -53,6 +53,30 @@ def test_the_equilibrium_the_trajectory_reaches():
     np.testing.assert_allclose(batch(rates), 10.0, rtol=1e-12)
 
 
+def test_the_stability_test_exponential_is_scipys():
+    """The matrix exponential of the stability test (scaling and squaring of a Taylor series)
+    against scipy's Padé `expm`, to 1e-13 of its largest entry, from norms of 1e-3 to 1e3, a
+    non-normal matrix among them; a matrix of T = 1e9 times a Jacobian with a slow growth
+    (1e-8) overflows the test's 1e3 where a slower one (1e-12) or a decay does not; NaN in,
+    NaN out."""
+    from scipy.linalg import expm
+
+    from diffsim._integrate.steady_state import _exponential
+
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1.0, 30.0, 1e3):
+        a = rng.normal(size=(6, 6)) * scale / 6 - scale * np.eye(6)
+        expected = expm(a)
+        ours = np.asarray(_exponential(jnp.asarray(a)))
+        np.testing.assert_allclose(ours, expected, atol=1e-13 * np.max(np.abs(expected)))
+    shear = np.array([[-1.0, 50.0], [0.0, -2.0]])  # non-normal: a transient growth
+    np.testing.assert_allclose(_exponential(jnp.asarray(shear)), expm(shear), rtol=1e-12)
+    for rate, stable in ((-1.0, True), (0.0, True), (1e-12, True), (1e-8, False)):
+        a = jnp.array([[rate, 1.0], [0.0, -1.0]]) * 1e9
+        assert bool(jnp.all(jnp.abs(_exponential(a)) <= 1e3)) == stable
+    assert bool(jnp.all(jnp.isnan(_exponential(jnp.full((2, 2), jnp.nan)))))
+
+
 def test_a_start_within_the_tolerance_of_an_unstable_equilibrium_goes_where_the_flow_goes():
     """An epidemic from I0 = 1e-11 (R0 = 2.5): the field at the start is below atol, so the
     start was "at rest" and S* = 1 (the disease-free state, unstable) was returned as found.
