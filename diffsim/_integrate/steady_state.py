@@ -381,8 +381,8 @@ def _stable(field, y, horizon):
     """Whether small deviations from y (a point at rest) stay small over `horizon` under the
     linearised flow: every entry of exp(J·horizon) at most 1e3 (a decaying, conserved or
     oscillating direction keeps it near 1; a growing one at rate λ multiplies it by e^(λ·T)).
-    A matrix exponential (XLA's Padé with squaring on every backend) rather than eigenvalues:
-    JAX computes non-symmetric eigenvalues on the CPU only."""
+    A matrix exponential (`_exponential`: scaling and squaring, on every backend) rather than
+    eigenvalues: JAX computes non-symmetric eigenvalues on the CPU only."""
     jacobian = jax.jacfwd(field)(lax.stop_gradient(y))
     growth = _exponential(jacobian * horizon)
     return jnp.all(jnp.abs(growth) <= 1e3)  # NaN (an overflow) is unstable too
