@@ -442,6 +442,23 @@ def test_petab_sciml_log_likelihoods_at_the_given_weights(name, part):
     assert problem.llh() == pytest.approx(reference, rel=1e-6)
 
 
+def test_a_petab_sciml_problem_trains_against_its_own_validation_yaml():
+    """The training and validation YAML of a PEtab-SciML problem load the model file twice:
+    `ds.train` takes the one as the other's validation (it refused them as models of
+    different structure), and scores it with the trained network."""
+    folder = SCIML / "Dandekar_Patterns2020"
+    train = ds.petab.load(folder / "train_Dandekar_Patterns2020.yaml")
+    validation = ds.petab.load(folder / "validation_Dandekar_Patterns2020.yaml")
+    trained = ds.train(
+        train, 'nets["net1"]', steps=2, every=2, learning_rate=1e-4, validation=validation,
+        progress=False,
+    )  # fmt: skip
+    scored = validation.with_model(trained.model).llh(trained.params)  # the trained k's too
+    assert trained.validation_llh == pytest.approx(scored, rel=1e-12)
+    # two small steps from the published weights: not far from their validation llh
+    assert trained.validation_llh == pytest.approx(validation.llh(), abs=1.0)
+
+
 def test_petab_sciml_refuses_what_it_cannot_read(tmp_path):
     """A network layer diffsim does not read, and a hybridization output that names no
     network, are refused naming the file and the entry."""

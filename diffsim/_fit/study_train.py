@@ -381,12 +381,15 @@ def _validation_llh(validation: Problem, problem: Problem, params, model_of) -> 
 
 def _check_validation(validation: Problem, problem: Problem) -> None:
     """The validation problem is scored with the training problem's model (its networks
-    trained), so its own model must have the same structure and networks of the same shapes."""
+    trained), so its own model must be of the same kind, with the same states and arrays of the
+    same shapes at the same places. Its static parts are not compared as objects: a model file
+    loaded twice (a PEtab-SciML problem's training and validation YAML) holds two equal
+    compiled structures that compare by identity."""
 
     def shapes(model):
-        arrays = eqx.filter(model, eqx.is_array)
-        leaves = jax.tree.leaves(arrays)
-        return jax.tree.structure(arrays), [(np.shape(x), jnp.result_type(x)) for x in leaves]
+        arrays = jax.tree_util.tree_flatten_with_path(eqx.filter(model, eqx.is_array))[0]
+        leaves = [(jax.tree_util.keystr(k), np.shape(x), jnp.result_type(x)) for k, x in arrays]
+        return type(model), getattr(model, "state_names", None), leaves
 
     if shapes(validation.model) != shapes(problem.model):
         raise ValueError(
