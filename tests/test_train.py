@@ -112,6 +112,53 @@ def test_validation_is_scored_with_the_trained_mechanistic_parameters():
     if trained.best_step == trained.history["step"][-1]:
         assert trained.validation_llh == last
     assert held_out.with_model(trained.model).llh() == pytest.approx(trained.validation_llh)
+    assert not trained.interrupted
+
+
+def test_an_interrupted_training_returns_the_best_state_so_far(monkeypatch):
+    """Ctrl-C during the second chunk of `ds.train`: the first chunk's state is returned (as
+    an uninterrupted run of that chunk alone), with a warning and `interrupted` set; Ctrl-C
+    before any chunk finished is raised."""
+    from diffsim._fit import study_train
+
+    train, _ = _problems()
+    options = dict(steps=20, learning_rate=2e-2, every=10, progress=False)
+    alone = ds.train(train, "net", **{**options, "steps": 10})
+    calls = []
+
+    def second_interrupted(compiled, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return compiled(*args)
+
+    monkeypatch.setattr(study_train, "_chunk", _Lowered(study_train._chunk, second_interrupted))
+    with pytest.warns(ds.FitWarning, match="interrupted after 10 steps.*step 10"):
+        trained = ds.train(train, "net", **options)
+    assert trained.interrupted and trained.steps == 10 and trained.best_step == 10
+    assert trained.llh == pytest.approx(alone.llh, rel=1e-12)
+    assert trained.params["k"] == pytest.approx(alone.params["k"], rel=1e-12)
+    calls.clear()
+    calls.append(1)  # the next call is the first chunk's: interrupted before any finished
+    with pytest.raises(KeyboardInterrupt):
+        ds.train(train, "net", **options)
+
+
+class _Lowered:
+    """`_chunk` whose compiled programs run through `call` (to interrupt one)."""
+
+    def __init__(self, chunk, call):
+        self.chunk, self.call = chunk, call
+
+    def lower(self, *args):
+        compiled = self.chunk.lower(*args).compile()
+        outer = self
+
+        class _Compiled:
+            def compile(self):
+                return lambda *a: outer.call(compiled, *a)
+
+        return _Compiled()
 
 
 def test_bad_training_requests_are_refused_with_what_to_do():

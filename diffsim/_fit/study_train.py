@@ -27,6 +27,8 @@ import numpy as np
 
 from .._paths import get, path_of
 from .._progress import progress_bar
+from .._warn import warn
+from .data import FitWarning
 from .study import Problem
 from .study_objective import (
     natural_on_host,
@@ -51,6 +53,8 @@ class Trained:
       at the chunk's end), `validation_llh` (NaN without a validation problem).
     - `best_step`, `steps` (taken), `stopped_early` (patience ran out), `skipped` (steps
       whose loss or gradient was not finite), `seconds` (compile and run: `compile`, `run`).
+    - `interrupted`: training was stopped by Ctrl-C (KeyboardInterrupt) after `steps`
+      steps; the rest is the best state of the chunks that had finished.
     """
 
     model: Any
@@ -64,6 +68,7 @@ class Trained:
     stopped_early: bool
     skipped: int
     seconds: dict
+    interrupted: bool = False
 
 
 def train(
@@ -196,6 +201,7 @@ def train(
     seconds = dict(compile=0.0, run=0.0)
     taken, skipped, checks_without_gain, stopped = 0, 0, 0, False
     bar = progress_bar(steps + lbfgs_steps, enabled=progress, description="train", unit="step")
+    interrupted = False
     try:
         for phase, count, optimizer in phases:
             state = optimizer.init(params)
@@ -242,6 +248,17 @@ def train(
                 else:
                     checks_without_gain += 1
                     stopped = patience is not None and checks_without_gain >= patience
+    except KeyboardInterrupt:
+        # a long training stopped by hand keeps what it had learned, as an interrupted
+        # multi-start of `ds.fit` keeps the starts that finished
+        if not history["step"]:
+            raise
+        interrupted = True
+        warn(
+            f"ds.train: interrupted after {taken} steps; returning the best state of the "
+            f"chunks that finished (step {best['step']})",
+            FitWarning,
+        )
     finally:
         bar.close()
     if not math.isfinite(best["score"]):
@@ -271,6 +288,7 @@ def train(
         stopped_early=stopped,
         skipped=skipped,
         seconds=seconds,
+        interrupted=interrupted,
     )
 
 
