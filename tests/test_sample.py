@@ -160,6 +160,46 @@ def test_negative_binomial_counts_recover_the_growth_rate():
     assert post.table()["k"]["r_hat"] < 1.05
 
 
+@pytest.mark.parametrize("family", ["normal", "lognormal", "poisson", "negative_binomial"])
+def test_replicated_data_follow_the_family(family):
+    """The posterior predictive's draws (`likelihood.draw`, on the host) against each family's
+    mean and variance from 200,000 draws of two observables with their own parameter: at 4
+    standard errors of the estimates (the variance's standard error from the fourth moment),
+    and NaN where a prediction lies outside the family's domain."""
+    from diffsim._fit import likelihood as lik
+
+    n = 200_000
+    mu = np.array([3.0, 40.0])
+    extra = {"normal": [0.5, 2.0], "lognormal": [0.1, 0.4], "negative_binomial": [5.0, 20.0]}
+    parameter = None if family == "poisson" else np.tile(extra[family], (n, 1))
+    predictions = np.broadcast_to(mu, (n, 1, 2)).copy()
+    predictions[:10, 0, 0] = -1.0  # outside a log-normal or count family's domain
+    predictions[10:20, 0, 0] = np.nan
+    drawn = lik.draw(family, np.random.default_rng(0), predictions, parameter)
+    assert drawn.shape == (n, 1, 2)
+    assert np.all(np.isnan(drawn[10:20, 0, 0]))
+    outside = np.isnan(drawn[:10, 0, 0])
+    assert np.all(~outside) if family == "normal" else np.all(outside)
+    x = drawn[20:, 0, :]
+    if family == "lognormal":  # log y ~ N(log μ, σ)
+        x = np.log(x)
+        mean, variance = np.log(mu), np.square(extra[family])
+    else:
+        mean = mu
+        variance = {
+            "normal": np.square(extra["normal"]),
+            "poisson": mu,
+            "negative_binomial": mu + mu**2 / np.array(extra["negative_binomial"]),
+        }[family]
+    count = x.shape[0]
+    np.testing.assert_array_less(np.abs(x.mean(0) - mean), 4 * np.sqrt(variance / count))
+    fourth = np.mean((x - x.mean(0)) ** 4, axis=0)
+    spread = 4 * np.sqrt((fourth - variance**2) / count)
+    np.testing.assert_array_less(np.abs(x.var(0) - variance), spread)
+    if family in ("poisson", "negative_binomial"):
+        assert np.all(x == np.round(x)) and np.all(x >= 0)
+
+
 def test_lynx_hare_priors_are_checked():
     data = ds.Data.from_csv("experiments/data/lynx_hare.csv", time="year", columns=["hare", "lynx"])
     guess = models.LotkaVolterra(alpha=1.0, beta=0.05, gamma=1.0, delta=0.05)

@@ -54,21 +54,31 @@ def log_likelihood(likelihood: str, values, observed, predictions, extra):
     return jnp.sum(jnp.where(observed, terms, 0.0))
 
 
-def draw(likelihood: str, key, predictions, extra):
-    """Replicated data (the posterior predictive) around `predictions`."""
-    import jax.numpy as jnp
-    import numpyro.distributions as dist
+def draw(likelihood: str, rng: np.random.Generator, predictions, extra) -> np.ndarray:
+    """Replicated data (the posterior predictive) around `predictions`, drawn on the host.
 
-    mean = jnp.where(predictions > 0, predictions, jnp.nan)
+    `predictions`: (draws, times, observables); `extra`: the family's parameter of each draw,
+    (draws,) or (draws, observables), or None. A prediction outside the family's domain (a
+    non-positive mean of a log-normal or count family, NaN) gives NaN. On the host because
+    the draws only post-process the sampler's output: inside the sampling program the
+    random draws (threefry and an inverse error function per family) compiled in ~1 s of the
+    lynx–hare posterior's ~12 s, for a few milliseconds of work."""
+    predictions = np.asarray(predictions, float)
+    n = predictions.shape[0]
+    if extra is not None:
+        extra = np.asarray(extra, float).reshape(n, *([1] * (predictions.ndim - 2)), -1)
+    valid = np.isfinite(predictions) if likelihood == "normal" else predictions > 0
+    mean = np.where(valid, predictions, 1.0)
     if likelihood == "normal":
-        family = dist.Normal(predictions, extra)
+        drawn = rng.normal(mean, extra * np.ones_like(mean))
     elif likelihood == "lognormal":
-        family = dist.LogNormal(jnp.log(mean), extra)
+        drawn = rng.lognormal(np.log(mean), extra * np.ones_like(mean))
     elif likelihood == "poisson":
-        family = dist.Poisson(mean)
-    else:
-        family = dist.NegativeBinomial2(mean, extra)
-    return family.sample(key).astype(predictions.dtype)
+        drawn = rng.poisson(mean).astype(float)
+    else:  # negative binomial with mean μ and variance μ + μ²/φ: Poisson of a Gamma(φ, μ/φ)
+        phi = extra * np.ones_like(mean)
+        drawn = rng.poisson(rng.gamma(phi, mean / phi)).astype(float)
+    return np.where(valid, drawn, np.nan)
 
 
 def initial_extra(likelihood: str, values, predictions, residuals, size: int) -> np.ndarray:

@@ -52,7 +52,8 @@ class Posterior:
       `"study"` and there are no predictions).
     - `predictions`: the model's observables at the data times for (every `thin`-th) draw,
       `(chains, kept, times, observables)`; `replicated`: data drawn around them from the
-      likelihood (the posterior predictive).
+      likelihood (the posterior predictive; by numpy's generator, seeded by `ds.sample`'s
+      key).
     - `summary()`: a table of means, standard deviations, quantiles, effective sample sizes
       and R-hat; `table()` the same as a dict; `to_arviz()` an `arviz.InferenceData`;
       `predict(ts)` bands of the model and of new data; `plot()`; `save(path)` /
@@ -310,7 +311,8 @@ class Posterior:
     def predict(self, ts=None, *, draws: int = 400, level: float = 0.9, key=None):
         """Posterior predictive bands at times `ts` (default: 200 times from t0 to the last data
         time): for `draws` posterior draws spread over the chains, the model's observables and
-        data drawn around them from the likelihood.
+        data drawn around them from the likelihood (by numpy's generator, seeded by `key`,
+        a JAX PRNG key; default `jax.random.key(0)`).
 
         **Returns:** an `xarray.Dataset` over `time` and `observable` with `median`, `low` and
         `high` (the central `level` band) of the model (`model_*`) and of new data (`data_*`).
@@ -320,7 +322,6 @@ class Posterior:
         import xarray as xr
 
         from .._validate import check_key, check_real, check_static_count
-        from . import likelihood as lik
         from .evaluate import fine_times
 
         if self.data is None:
@@ -364,9 +365,7 @@ class Posterior:
         pick = np.linspace(0, theta.shape[0] - 1, min(draws, theta.shape[0])).astype(int)
         key = jax.random.key(0) if key is None else key
         with third_party_promotion():
-            model, data = _predictive(
-                fine_density, jnp.asarray(theta[pick], problem.y0.dtype), key, lik.draw
-            )
+            model, data = _predictive(fine_density, jnp.asarray(theta[pick], problem.y0.dtype), key)
         model, data = np.asarray(model), np.asarray(data)
         names = list(self.data.names or [str(j) for j in range(model.shape[-1])])
         low, high = (1 - level) / 2, 1 - (1 - level) / 2
@@ -408,16 +407,19 @@ def _checked_quantiles(quantiles) -> tuple[float, ...]:
     return values
 
 
-def _predictive(density, theta, key, draw):
+def _predictive(density, theta, key):
+    """The model's observables at `theta` (draws, unknowns) and data drawn around them (on
+    the host, `likelihood.draw`, from a generator seeded by `key`)."""
     import equinox as eqx
     import jax
 
+    from . import likelihood as lik
+
     @eqx.filter_jit
-    def run(density, theta, key):
-        def one(theta, key):
-            predictions = density.predictions(theta)
-            return predictions, draw(density.likelihood, key, predictions, density.extra(theta))
+    def run(density, theta):
+        extra = jax.vmap(density.extra)(theta) if density.extra_count else None
+        return jax.vmap(density.predictions)(theta), extra
 
-        return jax.vmap(one)(theta, jax.random.split(key, theta.shape[0]))
-
-    return run(density, theta, key)
+    predictions, extra = jax.device_get(run(density, theta))
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key), np.uint32).ravel())
+    return predictions, lik.draw(density.likelihood, rng, predictions, extra)
