@@ -144,6 +144,32 @@ def test_an_interrupted_training_returns_the_best_state_so_far(monkeypatch):
         ds.train(train, "net", **options)
 
 
+def test_a_last_shorter_chunk_runs_in_the_phase_s_one_program(monkeypatch):
+    """25 steps in chunks of 10: one compiled program for the three chunks (10, 10 and 5, the
+    last one's steps past its end skipped; it compiled a second program for 5 steps), and
+    the same training as 25 steps in one chunk."""
+    from diffsim._fit import study_train
+
+    train, _ = _problems()
+    options = dict(steps=25, learning_rate=2e-2, progress=False)
+    whole = ds.train(train, "net", every=25, **options)
+    compiled = []
+
+    class _Counted(_Lowered):
+        def lower(self, *args):
+            compiled.append(args[4])  # the chunk's length
+            return super().lower(*args)
+
+    counted = _Counted(study_train._chunk, lambda program, *args: program(*args))
+    monkeypatch.setattr(study_train, "_chunk", counted)
+    chunked = ds.train(train, "net", every=10, **options)
+    assert compiled == [10]
+    assert list(chunked.history["step"]) == [10, 20, 25] and chunked.steps == 25
+    assert chunked.history["llh"][-1] == pytest.approx(whole.history["llh"][-1], rel=1e-10)
+    if chunked.best_step == 25:
+        assert chunked.params == pytest.approx(whole.params, rel=1e-10)
+
+
 class _Lowered:
     """`_chunk` whose compiled programs run through `call` (to interrupt one)."""
 
@@ -213,7 +239,8 @@ def test_a_step_into_a_failed_solve_is_taken_back_and_the_next_is_shorter():
     optimizer = optax.adam(0.5)
     params = (jnp.zeros(()),)
     carry = (params, optimizer.init(params), params, jnp.ones(()), jax.random.key(0))
-    carry, _, bad = _chunk(parts, lambda p: p, optimizer, "adam", 200, None, carry)
+    active = jnp.asarray(200, jnp.int32)
+    carry, _, bad = _chunk(parts, lambda p: p, optimizer, "adam", 200, None, carry, active, False)
     x = float(carry[2][0])  # the last finite point
     assert 0.9 < x < 1.0 and int(bad) > 0
 

@@ -5,11 +5,11 @@ gradient by the reverse pass through the solver), then optionally L-BFGS to poli
 early stopping on a validation problem.
 
 The steps run in compiled chunks (`lax.scan` of `every` steps: one program per phase, however
-many steps); between chunks the host records the log-likelihood, checks the validation
-problem, keeps the best state and advances the progress bar. A step that lands where the loss
-or gradient is not finite (a solve failed at an absurd network) is taken back and the next one
-from the last finite point is shorter; the mechanistic unknowns move on their scales and are
-held within their bounds.
+many steps, a last shorter chunk included); between chunks the host records the
+log-likelihood, checks the validation problem, keeps the best state and advances the progress
+bar. A step that lands where the loss or gradient is not finite (a solve failed at an absurd
+network) is taken back and the next one from the last finite point is shorter; the
+mechanistic unknowns move on their scales and are held within their bounds.
 
 Why by hand around optax: optax gives the updates; the loop around them, which knows the
 problem's scales, bounds, validation and progress, is this module.
@@ -110,7 +110,8 @@ def train(
       scaled by the group's size over the batch's so that its mean over the draws is the
       whole one; L-BFGS, the checks and the reported log-likelihoods use every experiment.
       None (the default): every step uses every experiment.
-    - `every`: the steps of one compiled chunk (and between checks); `progress`: a bar.
+    - `every`: the steps of one compiled chunk (and between checks; one program per phase,
+      its last chunk shorter where `every` does not divide the steps); `progress`: a bar.
 
     **Returns:** a `ds.Trained` (its `problem` goes on to `ds.fit` for the mechanistic
     unknowns' standard errors given the networks).
@@ -210,23 +211,30 @@ def train(
             batched = sizes if phase == "adam" and any(k is not None for k in sizes) else None
             chunk = None
             done = 0
+            # one program for the phase: where `every` does not divide the steps, a last,
+            # shorter chunk runs in it with the steps past its end skipped (compiled for its
+            # own length, it was a second program, as long to compile as the first; the
+            # skipping costs ~10 % of the compile, so only such a phase has it)
+            length = min(every, count)
+            masked = count % length != 0
             while done < count and not stopped:
-                length = min(every, count - done)
-                if chunk is None or length != every:
+                active = jnp.asarray(min(length, count - done), jnp.int32)
+                arguments = (
+                    parts, project, optimizer, phase, length, batched, carry, active, masked
+                )  # fmt: skip
+                if chunk is None:
                     clock = time.perf_counter()
-                    chunk = _chunk.lower(
-                        parts, project, optimizer, phase, length, batched, carry
-                    ).compile()
+                    chunk = _chunk.lower(*arguments).compile()
                     seconds["compile"] += time.perf_counter() - clock
                 clock = time.perf_counter()
-                carry, nll, bad = chunk(parts, project, optimizer, phase, length, batched, carry)
+                carry, nll, bad = chunk(*arguments)
                 params = carry[0]
                 nll, bad = float(nll), int(bad)
                 seconds["run"] += time.perf_counter() - clock
-                done += length
-                taken += length
+                done += int(active)
+                taken += int(active)
                 skipped += bad
-                bar.update(length)
+                bar.update(int(active))
                 llh = -nll
                 validation_llh = math.nan
                 if validation is not None:
@@ -293,12 +301,14 @@ def train(
 
 
 @eqx.filter_jit
-def _chunk(parts, project, optimizer, phase, length, sizes, carry):
-    """`length` steps of `optimizer` from `carry` = (params, optimiser state, the last params
-    with a finite loss and gradient, the factor on the updates, a PRNG key): (the carry after
-    them, the negative log-likelihood at the end, how many steps met a non-finite loss or
-    gradient). `sizes` (static; per group, (a mini-batch's members, the group's) or None for
-    all; None for no mini-batches): each step draws its members from the key.
+def _chunk(parts, project, optimizer, phase, length, sizes, carry, active, masked):
+    """The first `active` (traced, ≤ `length`) of `length` steps of `optimizer` from `carry`
+    = (params, optimiser state, the last params with a finite loss and gradient, the factor
+    on the updates, a PRNG key): (the carry after them, the negative log-likelihood at the
+    end, how many steps met a non-finite loss or gradient). With `masked` (static) the steps
+    past `active` leave the carry as it is; without, `active` must be `length`. `sizes`
+    (static; per group, (a mini-batch's members, the group's) or None for all; None for no
+    mini-batches): each step draws its members from the key.
 
     A step from a point whose loss or gradient is not finite (a solve failed there) goes
     back to the last finite point and halves the factor on the updates, so that the next
@@ -317,7 +327,7 @@ def _chunk(parts, project, optimizer, phase, length, sizes, carry):
             for g, size in enumerate(sizes)
         )
 
-    def step(carry, _):
+    def take(carry):
         params, state, good, factor, key = carry
         key, step_key = jax.random.split(key)
         batch = None if sizes is None else draw(step_key)
@@ -344,10 +354,15 @@ def _chunk(parts, project, optimizer, phase, length, sizes, carry):
         factor = jnp.where(finite, jnp.minimum(2.0 * factor, 1.0), 0.5 * factor)
         return (moved, state, good, factor, key), ~finite
 
+    def step(carry, index):
+        if not masked:
+            return take(carry)
+        return jax.lax.cond(index < active, take, lambda c: (c, jnp.array(False)), carry)
+
     # optax's updates mix Python floats with int32 step counts (Adam's bias correction),
     # which a caller's strict dtype promotion would refuse
     with jax.numpy_dtype_promotion("standard"):
-        carry, bad = jax.lax.scan(step, carry, None, length=length)
+        carry, bad = jax.lax.scan(step, carry, jnp.arange(length))
     return carry, parts(carry[0])[0], jnp.sum(bad)
 
 
