@@ -54,6 +54,12 @@ def log_likelihood(likelihood: str, values, observed, predictions, extra):
     return jnp.sum(jnp.where(observed, terms, 0.0))
 
 
+def generator(key_data) -> np.random.Generator:
+    """numpy's generator seeded by a JAX PRNG key's data (`jax.random.key_data`): the host's
+    draws (`draw`) follow the key a caller passed."""
+    return np.random.default_rng(np.asarray(key_data, np.uint32).ravel())
+
+
 def draw(likelihood: str, rng: np.random.Generator, predictions, extra) -> np.ndarray:
     """Replicated data (the posterior predictive) around `predictions`, drawn on the host.
 

@@ -421,5 +421,5 @@ def _predictive(density, theta, key):
         return jax.vmap(density.predictions)(theta), extra
 
     predictions, extra = jax.device_get(run(density, theta))
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(key), np.uint32).ravel())
+    rng = lik.generator(jax.random.key_data(key))
     return predictions, lik.draw(density.likelihood, rng, predictions, extra)

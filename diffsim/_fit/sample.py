@@ -493,9 +493,8 @@ def _replicated(likelihood: str, run: _Run) -> np.ndarray:
     """Data drawn around the predictions of `run`'s kept draws, (chains, kept, times,
     observables), from a generator seeded by the run's key."""
     predictions = np.asarray(run.predictions)
-    rng = np.random.default_rng(np.asarray(run.replicate_seed, np.uint32).ravel())
     flat = predictions.reshape(-1, *predictions.shape[2:])
-    drawn = lik.draw(likelihood, rng, flat, run.extra)
+    drawn = lik.draw(likelihood, lik.generator(run.replicate_seed), flat, run.extra)
     return drawn.reshape(predictions.shape).astype(predictions.dtype)
 
 

@@ -218,10 +218,10 @@ def train(
             length = min(every, count)
             masked = count % length != 0
             while done < count and not stopped:
-                active = jnp.asarray(min(length, count - done), jnp.int32)
-                arguments = (
-                    parts, project, optimizer, phase, length, batched, carry, active, masked
-                )  # fmt: skip
+                taking = min(length, count - done)
+                active = jnp.asarray(taking, jnp.int32)
+                arguments = (parts, project, optimizer, phase, length, batched, carry)
+                arguments = (*arguments, active, masked)
                 if chunk is None:
                     clock = time.perf_counter()
                     chunk = _chunk.lower(*arguments).compile()
@@ -231,10 +231,10 @@ def train(
                 params = carry[0]
                 nll, bad = float(nll), int(bad)
                 seconds["run"] += time.perf_counter() - clock
-                done += int(active)
-                taken += int(active)
+                done += taking
+                taken += taking
                 skipped += bad
-                bar.update(int(active))
+                bar.update(taking)
                 llh = -nll
                 validation_llh = math.nan
                 if validation is not None:
