@@ -33,6 +33,7 @@ from ._fit.study import (
     Problem as Problem,
     Unknown as Unknown,
 )
+from ._fit.study_collocate import collocate as collocate
 from ._fit.study_fit import ProblemFit as ProblemFit
 from ._fit.study_profile import profile as profile, refit as refit
 from ._fit.study_shooting import multiple_shooting as multiple_shooting

@@ -438,15 +438,15 @@ def _llh_with(problem, theta, model):
     return -negative_log_likelihood(problem, theta, model=model)[0]
 
 
-def _network_paths(model, networks) -> list:
+def _network_paths(model, networks, caller: str = "ds.train") -> list:
     if not isinstance(networks, (str, list, tuple)):
         raise TypeError(
-            f"ds.train: networks must be a name or a list of names of the model's networks "
+            f"{caller}: networks must be a name or a list of names of the model's networks "
             f"(e.g. 'net' for a field net), got a {type(networks).__name__}"
         )
     names = [networks] if isinstance(networks, str) else list(networks)
     if not names:
-        raise ValueError("ds.train: name the networks to train, e.g. networks='net'")
+        raise ValueError(f"{caller}: name the networks to train, e.g. networks='net'")
     paths = []
     for name in names:
         path = path_of(model, name) if isinstance(name, str) else None
@@ -457,16 +457,16 @@ def _network_paths(model, networks) -> list:
             or not jax.tree.leaves(eqx.filter(value, eqx.is_array))
         ):
             raise ValueError(
-                f"ds.train: {name!r} names no network of {type(model).__name__} (a module "
+                f"{caller}: {name!r} names no network of {type(model).__name__} (a module "
                 "holding floating arrays: a field such as 'net', or 'nets[\"net1\"]' for a "
                 "PEtab-SciML model)"
             )
-        _check_weights(name, value)
+        _check_weights(name, value, caller)
         paths.append(path)
     return paths
 
 
-def _check_weights(name: str, network) -> None:
+def _check_weights(name: str, network, caller: str = "ds.train") -> None:
     """Every array of a network to train is floating (an integer one would stay as it is,
     silently) and finite (a NaN weight makes every solve fail)."""
     arrays, _ = jax.tree_util.tree_flatten_with_path(eqx.filter(network, eqx.is_array))
@@ -474,12 +474,12 @@ def _check_weights(name: str, network) -> None:
         label = f"{name}{jax.tree_util.keystr(where)}"
         if not jnp.issubdtype(leaf.dtype, jnp.inexact):
             raise ValueError(
-                f"ds.train: {label} is an array of {leaf.dtype}, which training cannot move: "
+                f"{caller}: {label} is an array of {leaf.dtype}, which training cannot move: "
                 "cast the network's arrays to floats (e.g. jax.tree.map(lambda x: "
                 "x.astype(float) if eqx.is_array(x) else x, net))"
             )
         if not bool(jnp.all(jnp.isfinite(leaf))):
             raise ValueError(
-                f"ds.train: {label} holds non-finite weights (NaN or inf): every simulation "
+                f"{caller}: {label} holds non-finite weights (NaN or inf): every simulation "
                 "would fail; start from finite weights (e.g. a fresh initialisation)"
             )
