@@ -5,8 +5,9 @@ Stumpf 2021).
 
 Why: training from a random network by simulating from t0 (`ds.train`) starts on a
 log-likelihood whose trajectories have left the data after the first oscillation, and on a
-long or chaotic series it crawls for thousands of steps (Ko's double pendulum: −7,404 after
-1,500 steps, −918 after 15,000). Where every state is measured, the data give the state and
+long or chaotic series it crawls for thousands of steps (Ko's double pendulum: a training
+log-likelihood of −7,404 after 1,500 steps, −918 after 15,000; −665 within 1,000 steps from
+this start, docs/performance.md). Where every state is measured, the data give the state and
 its derivative at each time, so the network can first be fitted by regression, in a second,
 and `ds.train` then only polishes the trajectory.
 
