@@ -343,6 +343,7 @@ def test_collocation_fits_the_field_to_the_data_s_derivatives_without_a_solve():
     train, _ = _problems()
     assert train.llh() < -1e6
     started = ds.collocate(train, "net")
+    # measured: k = 0.966, the llh 296 (the spline's derivative error sets both)
     assert started.unknowns["k"].value == pytest.approx(1.0, rel=0.05)
     assert float(started.model.k) == started.unknowns["k"].value
     levels = jnp.linspace(0.0, 1.5, 16)

@@ -1391,6 +1391,17 @@ def state_shape(problem: Problem, base: dict | None = None) -> tuple[int, ...]:
     return np.shape(np.asarray(experiment.y0))
 
 
+def vector_state_size(problem: Problem, caller: str, why: str) -> int:
+    """The length of the model's state, which `caller` needs to be a vector (`why`: a
+    parenthesised reason for the error, or "")."""
+    shape = state_shape(problem)
+    if len(shape) != 1:
+        raise ValueError(
+            f"{caller}: the model's state must be a vector{why}, got a state of shape {shape}"
+        )
+    return int(shape[0])
+
+
 def _state_size(problem: Problem, base: dict) -> int:
     return int(np.prod(state_shape(problem, base)))
 

@@ -17,24 +17,21 @@ left, which observable reads which state and how each experiment sets the parame
 problem's own knowledge, here.
 """
 
-import dataclasses
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._paths import get
 from .libraries import third_party_promotion
-from .study import Problem, state_shape
+from .study import Problem, vector_state_size
 from .study_objective import (
     parameters_dict,
     scaled_on_host,
     simulation_model,
     to_natural_values,
 )
-from .study_train import _network_paths, _trained_values, _with_parameters
+from .study_train import network_paths, networks_of, with_trained
 
 _MIN_TIMES = 5  # a cubic smoothing spline needs at least this many distinct times
 
@@ -81,7 +78,7 @@ def collocate(
         raise ValueError(f"ds.collocate: steps must be an int >= 1, got {steps!r}")
     if not (isinstance(learning_rate, (int, float)) and learning_rate > 0):
         raise ValueError(f"ds.collocate: learning_rate must be positive, got {learning_rate!r}")
-    paths = _network_paths(problem.model, networks, "ds.collocate")
+    paths = network_paths(problem.model, networks, "ds.collocate")
     tables = problem.tables
     dtype = jnp.result_type(float)
     natural = np.asarray(problem.first_guess(), float)
@@ -89,8 +86,10 @@ def collocate(
     values = np.concatenate(
         [np.asarray(g.settings.values(jnp.asarray(natural))) for g in tables.groups]
     )
-    values = values[np.argsort(np.concatenate([g.members for g in tables.groups]))]
-    size = _state_size(problem)
+    # each experiment's row in the groups' settings tables, stacked in group order
+    position = np.argsort(np.concatenate([g.members for g in tables.groups]))
+    values = values[position]
+    size = vector_state_size(problem, "ds.collocate", "")
     reads = _state_observables(problem, values[0], size)
 
     times, states, slopes, members = [], [], [], []
@@ -126,17 +125,10 @@ def collocate(
     scale = jnp.asarray(np.where(scale > 0, scale, 1.0), dtype)
 
     lower, upper = jnp.asarray(tables.lower, dtype), jnp.asarray(tables.upper, dtype)
-    weights = [eqx.filter(get(problem.model, p), eqx.is_inexact_array) for p in paths]
+    weights, model_of = networks_of(problem.model, paths)
     params = (jnp.asarray(scaled_on_host(natural, tables.scales), dtype), weights)
-    rest = [eqx.filter(get(problem.model, p), eqx.is_inexact_array, inverse=True) for p in paths]
     settings = [g.settings for g in tables.groups]
-    # each point's row in the groups' settings tables, stacked in group order
-    order = np.concatenate([g.members for g in tables.groups])
-    row_of = jnp.asarray(np.argsort(order)[member])
-
-    def model_of(weights):
-        nets = [eqx.combine(w, r) for w, r in zip(weights, rest)]
-        return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
+    row_of = jnp.asarray(position[member])
 
     def loss(params):
         scaled, weights = params
@@ -173,22 +165,7 @@ def collocate(
             " at the start): lower learning_rate"
         )
     scaled, weights = fitted
-    trained = _trained_values(problem, scaled)
-    model = _with_parameters(problem, model_of(weights), trained)
-    unknowns = {
-        name: dataclasses.replace(u, value=trained[name]) if name in trained else u
-        for name, u in problem.unknowns.items()
-    }
-    return problem.with_model(model, unknowns=unknowns)
-
-
-def _state_size(problem: Problem) -> int:
-    shape = state_shape(problem)
-    if len(shape) != 1:
-        raise ValueError(
-            f"ds.collocate: the model's state must be a vector, got a state of shape {shape}"
-        )
-    return int(shape[0])
+    return with_trained(problem, model_of(weights), scaled)[2]
 
 
 def _state_names(problem: Problem, size: int) -> list:

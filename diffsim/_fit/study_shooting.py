@@ -16,7 +16,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from .study import Experiment, Observable, Problem, state_shape, Unknown
+from .study import Experiment, Observable, Problem, Unknown, vector_state_size
 
 _START, _NEXT = "shoot:start:{}", "shoot:next:{}"
 
@@ -58,7 +58,9 @@ def multiple_shooting(problem: Problem, segments: int, *, sigma=None) -> Problem
                 "which its windows would have to split; not supported"
             )
     names = list(problem.observables)
-    size = _state_size(problem)
+    size = vector_state_size(
+        problem, "ds.multiple_shooting", " (its windows' starts are unknowns per component)"
+    )
     boundaries = [
         _boundaries(label, e, rows, segments)
         for label, e, rows in zip(problem.experiment_names, problem.experiments, problem.rows)
@@ -185,16 +187,6 @@ def _continuity_sigmas(sigma, starts, size: int) -> np.ndarray:
             f"component, {size}), got {sigma!r}"
         )
     return sigmas
-
-
-def _state_size(problem: Problem) -> int:
-    shape = state_shape(problem)
-    if len(shape) != 1:
-        raise ValueError(
-            "ds.multiple_shooting: the model's state must be a vector (its windows' starts are "
-            f"unknowns per component), got a state of shape {shape}"
-        )
-    return int(shape[0])
 
 
 def _boundaries(label: str, experiment: Experiment, rows, segments: int) -> np.ndarray:

@@ -153,21 +153,14 @@ def train(
         None if batch_size is None or batch_size >= len(g.members) else (batch_size, len(g.members))
         for g in problem.tables.groups
     )
-    paths = _network_paths(problem.model, networks)
+    paths = network_paths(problem.model, networks)
     import optax
 
     tables = problem.tables
     dtype = jnp.result_type(float)
     lower, upper = jnp.asarray(tables.lower, dtype), jnp.asarray(tables.upper, dtype)
-    weights = [eqx.filter(get(problem.model, p), eqx.is_inexact_array) for p in paths]
+    weights, model_of = networks_of(problem.model, paths)
     params = (jnp.asarray(scaled_on_host(problem.first_guess(), tables.scales), dtype), weights)
-
-    def model_of(weights):
-        nets = [
-            eqx.combine(w, eqx.filter(get(problem.model, p), eqx.is_inexact_array, inverse=True))
-            for w, p in zip(weights, paths)
-        ]
-        return eqx.tree_at(lambda m: [get(m, p) for p in paths], problem.model, nets)
 
     if validation is not None:
         _check_validation(validation, problem)
@@ -275,18 +268,10 @@ def train(
             "learning_rate, clip the gradient harder, or start from other weights"
         )
     scaled, weights = best["params"]
-    trained = _trained_values(problem, scaled)
-    # the model and the problem hold the trained values of the model's own parameters too:
-    # `ds.simulate(trained.model, ...)` and `ds.fit(trained.problem)` start from the state
-    # that was trained, not from where training started
-    model = _with_parameters(problem, model_of(weights), trained)
-    unknowns = {
-        name: dataclasses.replace(u, value=trained[name]) if name in trained else u
-        for name, u in problem.unknowns.items()
-    }
+    trained, model, trained_problem = with_trained(problem, model_of(weights), scaled)
     return Trained(
         model=model,
-        problem=problem.with_model(model, unknowns=unknowns),
+        problem=trained_problem,
         params=trained,
         llh=best["llh"],
         validation_llh=best["validation"],
@@ -438,7 +423,37 @@ def _llh_with(problem, theta, model):
     return -negative_log_likelihood(problem, theta, model=model)[0]
 
 
-def _network_paths(model, networks, caller: str = "ds.train") -> list:
+def networks_of(model, paths):
+    """(the floating arrays of the networks at `paths`, `model_of(weights)`: `model` with
+    those arrays replaced)."""
+    weights = [eqx.filter(get(model, p), eqx.is_inexact_array) for p in paths]
+
+    def model_of(weights):
+        nets = [
+            eqx.combine(w, eqx.filter(get(model, p), eqx.is_inexact_array, inverse=True))
+            for w, p in zip(weights, paths)
+        ]
+        return eqx.tree_at(lambda m: [get(m, p) for p in paths], model, nets)
+
+    return weights, model_of
+
+
+def with_trained(problem: Problem, model, scaled):
+    """(name → natural value of the estimated unknowns at `scaled`, `model` with its own
+    parameters among them set, the problem about that model with its unknowns starting
+    there). The model and the problem hold the trained values of the model's own parameters
+    too: `ds.simulate(model, ...)` and `ds.fit(problem)` start from the state that was
+    trained, not from where training started."""
+    trained = _trained_values(problem, scaled)
+    model = _with_parameters(problem, model, trained)
+    unknowns = {
+        name: dataclasses.replace(u, value=trained[name]) if name in trained else u
+        for name, u in problem.unknowns.items()
+    }
+    return trained, model, problem.with_model(model, unknowns=unknowns)
+
+
+def network_paths(model, networks, caller: str = "ds.train") -> list:
     if not isinstance(networks, (str, list, tuple)):
         raise TypeError(
             f"{caller}: networks must be a name or a list of names of the model's networks "
