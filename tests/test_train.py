@@ -55,13 +55,15 @@ def _problems():
 
 
 def _trained(train, **options):
-    """The chain's network trained by Adam (600 steps at 2e-2) then L-BFGS (100)."""
+    """The chain's network trained by Adam (600 steps at 2e-2) then L-BFGS (200 steps: after
+    100, the mini-batch test's llh was 353.790, 0.012 above its floor, and a change of
+    round-off alone in Adam's oscillating end had put it below; after 200, 353.850)."""
     return ds.train(
         train,
         "net",
         steps=600,
         learning_rate=2e-2,
-        lbfgs_steps=100,
+        lbfgs_steps=200,
         every=100,
         progress=False,
         **options,
@@ -69,7 +71,7 @@ def _trained(train, **options):
 
 
 def test_a_ude_learns_the_term_it_stands_for_and_its_rate_constant():
-    """From a seeded network and k = 0.3: Adam (600 steps) then L-BFGS (100). The learned
+    """From a seeded network and k = 0.3: Adam (600 steps) then L-BFGS (200). The learned
     removal equals 0.5·y over the data's range, k = 1, the training llh reaches the normal
     constant of exact data (96 · log(1 / (√(2π) 0.01)) = 353.87), and the mechanistic
     unknown's standard error given the network comes from ds.fit of the trained problem."""
@@ -86,7 +88,7 @@ def test_a_ude_learns_the_term_it_stands_for_and_its_rate_constant():
     history = trained.history
     assert trained.validation_llh == pytest.approx(np.max(history["validation_llh"]))
     assert trained.best_step == history["step"][np.argmax(history["validation_llh"])]
-    assert list(history["phase"]) == ["adam"] * 6 + ["lbfgs"]
+    assert list(history["phase"]) == ["adam"] * 6 + ["lbfgs"] * 2
     # the model and the problem returned hold the trained k too: simulated or fitted as they
     # are, they start from the state that was trained (they held k = 0.3 before)
     assert float(trained.model.k) == trained.params["k"]
@@ -248,7 +250,7 @@ def test_a_step_into_a_failed_solve_is_taken_back_and_the_next_is_shorter():
 def test_a_mini_batch_is_the_whole_log_likelihood_in_the_mean_and_trains_as_well():
     """With one experiment of two per step (`batch_size=1`), each mini-batch's NLL is twice
     that experiment's, so the mean over the two draws is the whole NLL, gradient included (to
-    round-off); trained by such steps (Adam 600, then L-BFGS 100 on every experiment), the
+    round-off); trained by such steps (Adam 600, then L-BFGS 200 on every experiment), the
     chain reaches what full steps reach (the previous test's ceiling, within 0.1)."""
     from diffsim._fit.study_objective import negative_log_likelihood
 
