@@ -356,6 +356,64 @@ def test_initial_assignments_set_parameters_sizes_and_stoichiometries(tmp_path):
     np.testing.assert_allclose(model.initial_state({"Vset": 8.0}), [0.25, 1.0])
 
 
+def test_an_event_that_resizes_a_compartment_keeps_the_amounts_in_it(tmp_path):
+    """A -> at rate k·A (amount per time) in c, which an event doubles at t = 1 (c = 2 -> 4)
+    and which also sets B to 5: A's concentration halves there (its amount is kept, SBML's
+    rule) and then decays by k / 4 instead of k / 2; B takes the value the event gives (a
+    concentration in the new size). Closed form: A = 3 e^(-k t / 2) before, A(1)/2 ·
+    e^(-k (t - 1) / 4) after."""
+    k = 0.6
+    resize = (
+        '<listOfEvents><event id="grow" useValuesFromTriggerTime="false">'
+        '<trigger initialValue="true" persistent="true">'
+        + _MATH.format(
+            '<apply><geq/><csymbol encoding="text" '
+            'definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol><cn>1</cn></apply>'
+        )
+        + '</trigger><listOfEventAssignments><eventAssignment variable="c">'
+        + _MATH.format("<apply><times/><ci>c</ci><cn>2</cn></apply>")
+        + '</eventAssignment><eventAssignment variable="B">'
+        + _MATH.format("<cn>5</cn>")
+        + "</eventAssignment></listOfEventAssignments></event></listOfEvents>"
+    )
+    body = (
+        f"<listOfCompartments>{_compartment().replace('true', 'false')}</listOfCompartments>"
+        f"<listOfSpecies>{_species('A', 3.0)}{_species('B', 1.0)}</listOfSpecies>"
+        f'<listOfParameters><parameter id="k" value="{k}" constant="true"/></listOfParameters>'
+        + _decay()
+        + resize
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert model.state_names == ("A", "B", "c") and "c" not in model.params
+    [(time, assignments)] = model.changes()
+    assert time == 1.0 and set(assignments) == {"A", "B", "c"}
+    plain = model.without_events()
+    y0 = model.initial_state()
+    np.testing.assert_allclose(y0, [3.0, 1.0, 2.0])
+    before = _solve(plain, y0, jnp.linspace(0.0, 1.0, 5))
+    np.testing.assert_allclose(before[:, 0], 3.0 * np.exp(-k * np.linspace(0, 1, 5) / 2), rtol=1e-9)
+    y1 = before[-1]
+    names = model.state_names
+    jumped = y1
+    for name, assign in assignments.items():
+        jumped = jumped.at[names.index(name)].set(assign(y1, model.params))
+    a1 = 3.0 * np.exp(-k / 2)
+    np.testing.assert_allclose(jumped, [a1 / 2, 5.0, 4.0], rtol=1e-9)
+    after = _solve(plain, jumped, jnp.linspace(1.0, 3.0, 5))
+    expected = a1 / 2 * np.exp(-k * (np.linspace(1, 3, 5) - 1) / 4)
+    np.testing.assert_allclose(after[:, 0], expected, rtol=1e-9)
+    np.testing.assert_allclose(after[:, 1:], np.tile([5.0, 4.0], (5, 1)))
+    # a size a rate rule changes is still refused
+    by_rule = (
+        body.replace(resize, "")
+        + '<listOfRules><rateRule variable="c">'
+        + _MATH.format("<cn>1</cn>")
+        + "</rateRule></listOfRules>"
+    )
+    with pytest.raises(ds.sbml.SBMLError, match=r"compartment c of variable size \(set by a rate"):
+        ds.sbml.load(_write(tmp_path, by_rule, "by_rule.xml"))
+
+
 def test_initial_values_follow_the_size_the_compartment_is_given(tmp_path):
     """In c of size 2: A given as the amount 1 (in concentration: 1/size), H given as the
     concentration 1.5 but counted in amounts (1.5·size). Another size moves both, and the

@@ -51,7 +51,7 @@ from .expressions import compile_expression, ExpressionError, parse_formula
 from .petab_sciml import is_sciml, read as read_sciml
 from .petab_tables import PetabError, read_table, read_tables
 from .petab_v2 import read as read_v2
-from .sbml import load as load_sbml, SBMLModel
+from .sbml import AfterChanges, load as load_sbml, SBMLModel, StateAssignment
 
 _SET = "set:"  # the parameter that says whether a condition sets a species' initial value
 _NOISE = {
@@ -152,16 +152,41 @@ def simulations(problem: Problem, params: Mapping | None = None):
     return table
 
 
-def _merged(first, second, where: str):
-    """Two lists of changes at given times as one (the assignments of equal times merged)."""
+def _merged(first, second, model, where: str):
+    """Two lists of changes at given times as one, `second`'s (the model's events) acting
+    after `first`'s (the experiment's conditions) where their times are equal, as PEtab v2
+    orders them: an assignment of `second` is evaluated at the state and parameters `first`
+    leaves there (`AfterChanges`), and sets its target last."""
     merged: dict = {}
-    for time, assignments in list(first or []) + list(second or []):
+    for time, assignments in first or []:
         at = merged.setdefault(float(time), {})
         for target, value in assignments.items():
             if target in at:
                 raise PetabError(f"{where}: {target} is set twice at t = {time:g}")
             at[target] = value
+    before = {time: dict(at) for time, at in merged.items()}
+    for time, assignments in second or []:
+        earlier = before.get(float(time), {})
+        at = merged.setdefault(float(time), {})
+        for target, value in assignments.items():
+            if earlier and isinstance(value, StateAssignment):
+                value = AfterChanges(model, earlier, value)
+            elif isinstance(value, str) and value in earlier:
+                value = earlier[value]  # a parameter the conditions set just now
+            at[target] = value
     return sorted(merged.items()) or None
+
+
+def _states_by_index(changes, states: tuple):
+    """Changes with each state they set named by its index: a species whose initial value a
+    condition sets is also the parameter holding that value (`_InitialState`), and a change
+    sets the state."""
+    if not changes:
+        return changes
+    return [
+        (time, {states.index(k) if k in states else k: v for k, v in assignments.items()})
+        for time, assignments in changes
+    ]
 
 
 def _single(items, path, key):
@@ -395,12 +420,17 @@ class _Builder:
                             t0=e.t0,
                             varying={n for _, a in (e.changes or []) for n in a},
                         ),
+                        model,
                         f"{self.path}: {e.name}",
                     ),
                 )
                 for e in experiments
             ]
             model = model.without_events()
+        experiments = [
+            dataclasses.replace(e, changes=_states_by_index(e.changes, model.state_names))
+            for e in experiments
+        ]
         try:
             return Problem(model, experiments, observables, unknowns, solver=solver)
         except ValueError as error:

@@ -20,7 +20,9 @@ What v2 changes, and how it is read:
   number, a parameter or an expression of the state and parameters just before it;
   parameters and compartments to a number or another parameter: a compartment's new size
   leaves the state as it is, the concentrations of the species in it included, as v2
-  prescribes). Conditions of one period are merged;
+  prescribes; a compartment the SBML model's events resize is a state, set as species
+  are). Conditions of one period are merged, and the model's events at a period's start act
+  after them (`petab._merged`);
 - a condition's value that is a formula of the parameters (a parameter, a compartment, or a
   species at the start): the model numbers the formulas each id is set to
   (`SBMLModel.with_choices`) and the condition sets the parameter `choose:<id>` to the

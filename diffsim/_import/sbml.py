@@ -4,9 +4,11 @@ The file is read by python-libsbml; its mathematics become SymPy expressions nod
 JAX functions by walking those (`expressions.py`): nothing in the file is evaluated as Python.
 What is read:
 
-- compartments (constant sizes), species (in concentration or, with `hasOnlySubstanceUnits`,
-  amount; boundary and constant species keep their value; initial values converted with the
-  compartment's size in the model solved), parameters; initial assignments of parameters,
+- compartments (constant sizes; one that time-triggered events resize is a state of rate 0,
+  the species in concentration in it keeping their amounts across the event), species (in
+  concentration or, with `hasOnlySubstanceUnits`, amount; boundary and constant species keep
+  their value; initial values converted with the compartment's size in the model solved),
+  parameters; initial assignments of parameters,
   compartments and stoichiometries (their values from the other parameters, computed as
   assignment rules are); reaction and species reference ids in the mathematics;
 - reactions with their kinetic laws (local parameters substituted) and constant
@@ -17,14 +19,15 @@ What is read:
   `jnp.where`), the csymbol time; a comparison of time with a value of the parameters (a step
   input) also reads a flag that `model.changes()` sets, so that the solver stops there and
   each side is integrated with its own vector field (`_on_flags`);
-- time-triggered events (`time >= c`, c from the parameters) with assignments to species
-  and parameters: `model.changes()` gives them as `ds.Experiment(changes=...)`, so the
-  solver stops at each and the state jumps exactly (`ds.petab.load` does this per
-  experiment); `ds.simulate` of such a model alone is refused (it would miss them).
+- time-triggered events (`time >= c`, c from the parameters) with assignments to species,
+  compartments and parameters: `model.changes()` gives them as
+  `ds.Experiment(changes=...)`, so the solver stops at each and the state jumps exactly
+  (`ds.petab.load` does this per experiment, an event at a period's start acting after its
+  conditions); `ds.simulate` of such a model alone is refused (it would miss them).
 
 What is not, refused when the file is loaded with the element's id: events triggered by the
 state, events with delays, algebraic rules, fast reactions, variable stoichiometry,
-compartments that rules or events change, conversion factors, an id `time`; and any file
+compartments that rules change, conversion factors, an id `time`; and any file
 libsbml's consistency checks find invalid.
 
 The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
@@ -345,6 +348,41 @@ class StateAssignment:
         return self.compiled(env)
 
 
+class AfterChanges:
+    """A state's new value at a time where other changes act first (an SBML event at the
+    start of a PEtab v2 period acts after the period's conditions, v2's order): `then`
+    (a `StateAssignment`) evaluated at the state and parameters that `first` (dict id ->
+    a number, a parameter's id or a `StateAssignment`, all of the state and parameters
+    just before) leaves."""
+
+    def __init__(self, model: SBMLModel, first: Mapping, then: StateAssignment):
+        self.model, self.then = model, then
+        self.first = tuple(sorted(first.items()))
+
+    def _key(self):
+        return (id(self.model.structure), self.first, self.then)
+
+    def __eq__(self, other):
+        return isinstance(other, AfterChanges) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __call__(self, y, p):
+        states = self.model.structure.states
+        y_after, p_after = y, dict(p)
+        for target, value in self.first:
+            if callable(value):
+                value = value(y, p)
+            elif isinstance(value, str):
+                value = p[value]
+            if target in states:
+                y_after = y_after.at[states.index(target)].set(jnp.asarray(value, y.dtype))
+            else:
+                p_after[target] = jnp.asarray(value, jnp.result_type(p.get(target, value)))
+        return self.then(y_after, p_after)
+
+
 def load(path) -> SBMLModel:
     """Read an SBML model (levels 2–3) as a `ds.SBMLModel` (see the module text for what is
     read and what is refused).
@@ -424,10 +462,16 @@ def _build(model, source: str) -> SBMLModel:
             changed[assignment.getVariable()] = f"event {event.getId() or '(unnamed)'}"
     params: dict[str, Any] = {}
     volumes = {}
+    # compartments whose size events set: states that keep their size between events (rate
+    # 0), so that an event's new size may be any expression of the state and parameters
+    resized = []
     for compartment in model.getListOfCompartments():
         cid = compartment.getId()
-        if cid in changed:  # a constant="false" compartment that nothing changes is constant
+        # a constant="false" compartment that nothing changes is constant
+        if cid in changed and changed[cid] == "a rate rule":
             _refuse(source, f"compartment {cid} of variable size (set by {changed[cid]})")
+        if cid in changed:
+            resized.append(cid)
         if compartment.isSetSize():
             size = float(compartment.getSize())
             if not size > 0 and not _dimensionless(compartment):
@@ -468,6 +512,10 @@ def _build(model, source: str) -> SBMLModel:
 
     states, initial_values, concentration = [], {}, {}
     species_compartment = {}
+    # first in `initial_values`: a species' initial value reads its compartment's size
+    for cid in resized:
+        size = params.pop(cid)
+        initial_values[cid] = None if math.isnan(size) else (size, None, None)
     if model.isSetConversionFactor() if hasattr(model, "isSetConversionFactor") else False:
         _refuse(source, f"the model's conversion factor {model.getConversionFactor()}")
     for species in model.getListOfSpecies():
@@ -491,6 +539,7 @@ def _build(model, source: str) -> SBMLModel:
         else:
             initial_values[sid] = None
         states.append(sid)
+    states.extend(resized)
     for variable in rate_rules:
         if variable not in states:
             if variable not in params:
@@ -617,7 +666,17 @@ def _build(model, source: str) -> SBMLModel:
                 f"{source} is not a valid SBML file: {where} reads "
                 f"{undefined}, which no species, compartment, parameter or rule defines"
             )
-    events = _time_events(model, math_of, source, params, states, rules)
+    amounts_kept = {  # compartment -> the species in it whose amount its changes keep
+        cid: [
+            s
+            for s in states
+            if concentration.get(s)
+            and species_compartment[s] == cid
+            and not model.getSpecies(s).getConstant()
+        ]
+        for cid in resized
+    }
+    events = _time_events(model, math_of, source, params, states, rules, amounts_kept)
     structure = _Structure(
         source=source,
         states=tuple(states),
@@ -744,9 +803,14 @@ def _read_names(named: dict, expressions) -> dict:
     return found
 
 
-def _time_events(model, math_of, source, params: dict, states: list, rules: dict) -> tuple:
+def _time_events(
+    model, math_of, source, params: dict, states: list, rules: dict, amounts_kept: dict
+) -> tuple:
     """The file's events, each triggered when time reaches a value the parameters set
-    (`time >= c`, `time > c`); anything else is refused naming the event."""
+    (`time >= c`, `time > c`); anything else is refused naming the event. An event that sets
+    a compartment's size (`amounts_kept`: compartment -> the species in concentration in it)
+    keeps the amounts of the species in it that it does not set itself (SBML): their
+    concentrations are scaled by the old size over the new."""
     events = []
     for event in model.getListOfEvents():
         eid = event.getId() or "(unnamed)"
@@ -768,11 +832,17 @@ def _time_events(model, math_of, source, params: dict, states: list, rules: dict
             variable = assignment.getVariable()
             if variable not in states and variable not in params or variable in rules:
                 _refuse(source, f"event {eid}'s assignment to {variable}, no species or parameter")
-            if model.getCompartment(variable) is not None:
-                _refuse(source, f"event {eid}'s assignment to compartment {variable}")
             expr = math_of(assignment.getMath(), f"event {eid}'s assignment to {variable}")
             compiled = compile_expression(expr, f"{source}: event {eid}'s assignment to {variable}")
             assignments.append((variable, compiled, expr))
+        assigned = {variable for variable, _, _ in assignments}
+        for compartment, _, new_size in list(assignments):
+            for species in amounts_kept.get(compartment, ()):
+                if species in assigned:
+                    continue  # its new value is the concentration in the new size
+                expr = sympy.Symbol(species) * sympy.Symbol(compartment) / new_size
+                where = f"{source}: event {eid}'s new concentration of {species}"
+                assignments.append((species, compile_expression(expr, where), expr))
         # SBML level 2 triggers have no initial value: true (no firing at t0 if already true)
         fires_at_start = hasattr(trigger, "isSetInitialValue") and trigger.isSetInitialValue()
         fires_at_start = fires_at_start and not trigger.getInitialValue()
