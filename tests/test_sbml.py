@@ -5,6 +5,7 @@ against the same models written by hand, and files it refuses with the element n
 import dataclasses
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -266,13 +267,12 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     assert [t for t, _ in true_start.changes(t0=1.0)] == [1.0]
     assert true_start.changes(t0=1.5) == []
-    # one triggered by the state is not
-    by_state = event.replace(
-        '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>',
-        "<ci>A</ci>",
-    )
-    with pytest.raises(ds.sbml.SBMLError, match="event dose's trigger A > 1.* does not support"):
-        ds.sbml.load(_write(tmp_path, by_state, "by_state.xml"))
+    # a trigger other than a comparison (events triggered by the state: the next test) is not
+    both = event.replace(
+        "<apply><gt/>", "<apply><and/><apply><lt/><ci>A</ci><cn>3</cn></apply><apply><gt/>"
+    ).replace("<cn>1</cn></apply>", "<cn>1</cn></apply></apply>", 1)
+    with pytest.raises(ds.sbml.SBMLError, match="event dose's trigger .*A < 3.* does not support"):
+        ds.sbml.load(_write(tmp_path, both, "both.xml"))
     algebraic = (
         f"<listOfCompartments>{_compartment()}</listOfCompartments><listOfSpecies>"
         + _species("A", 1.0)
@@ -294,6 +294,120 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     with pytest.raises(ds.sbml.SBMLError, match="the model's conversion factor cf"):
         ds.sbml.load(path)
+
+
+def _event(eid, trigger, assignments, initial="true"):
+    sets = "".join(
+        f'<eventAssignment variable="{variable}">{_MATH.format(value)}</eventAssignment>'
+        for variable, value in assignments.items()
+    )
+    return (
+        f'<event id="{eid}" useValuesFromTriggerTime="true"><trigger initialValue="{initial}" '
+        f'persistent="true">{_MATH.format(trigger)}</trigger>'
+        f"<listOfEventAssignments>{sets}</listOfEventAssignments></event>"
+    )
+
+
+def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_path):
+    """A -> at rate k·A in c (size 1), A0 = 4, redosed by 5 when A < 1: A = 4 e^(-k t) up to
+    t1 = ln 4 / k, then 6 e^(-k (t - t1)) = 24 e^(-k t) (next dose at t1 + ln 6 / k > 6),
+    so dA/dk = -t A on both sides, the event time's own derivative included; B' = v with
+    v = 1 until B >= 1.8 sets v = 0 (a parameter an event of the state sets: a state), so
+    B = min(t, 1.8)."""
+    k = 0.5
+    events = _event(
+        "redose",
+        "<apply><lt/><ci>A</ci><cn>1</cn></apply>",
+        {"A": "<apply><plus/><ci>A</ci><ci>dose</ci></apply>"},
+    ) + _event("stop", "<apply><geq/><ci>B</ci><cn>1.8</cn></apply>", {"v": "<cn>0</cn>"})
+    body = (
+        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
+        f"<listOfSpecies>{_species('A', 4.0)}</listOfSpecies><listOfParameters>"
+        f'<parameter id="k" value="{k}" constant="true"/>'
+        '<parameter id="dose" value="5" constant="true"/>'
+        '<parameter id="v" value="1" constant="false"/>'
+        '<parameter id="B" value="0" constant="false"/></listOfParameters>'
+        '<listOfRules><rateRule variable="B">' + _MATH.format("<ci>v</ci>") + "</rateRule>"
+        "</listOfRules>" + _decay() + f"<listOfEvents>{events}</listOfEvents>"
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert model.triggered_events == ("redose", "stop") and model.timed_events == ()
+    assert model.state_names == ("A", "v", "B") and "v" not in model.params
+    y0 = model.initial_state()
+    np.testing.assert_allclose(y0, [4.0, 1.0, 0.0])
+    ts = jnp.linspace(0.0, 6.0, 13)
+    solver = ds.Tsit5(rtol=1e-10, atol=1e-12)
+
+    def solve(k):
+        moved = eqx.tree_at(lambda m: m.params["k"], model, k)
+        return ds.simulate(moved, y0, ts, solver=solver, events=moved.state_events())
+
+    # values and derivatives from one program
+    (ys, event_times), (slope, moved) = jax.jvp(
+        lambda k: (lambda s: (s.ys, s.event_time))(solve(k)), (jnp.asarray(k),), (1.0,)
+    )
+    t1 = np.log(4.0) / k
+    t = np.asarray(ts)
+    a = np.where(t < t1, 4.0, 24.0) * np.exp(-k * t)
+    np.testing.assert_allclose(ys[:, 0], a, rtol=1e-8)
+    np.testing.assert_allclose(ys[:, 2], np.minimum(t, 1.8), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ys[:, 1], np.where(t < 1.8, 1.0, 0.0))
+    assert float(event_times[0][0]) == pytest.approx(t1, rel=1e-8)
+    assert float(event_times[1][0]) == pytest.approx(1.8, rel=1e-8)
+    np.testing.assert_allclose(slope[:, 0], -t * a, rtol=1e-6, atol=1e-9)
+    assert float(moved[0][0]) == pytest.approx(-np.log(4.0) / k**2, rel=1e-6)
+    # the vector field alone would miss them: refused
+    with pytest.raises(ValueError, match=r"events triggered by the state \(redose, stop\)"):
+        ds.simulate(model, y0, ts, solver=solver)
+    # a trigger true at the start fires there only where its initial value is false
+    low = jnp.array([0.5, 1.0, 0.0])
+    np.testing.assert_allclose(model.fire_on_jump(0.0, None, low), low)
+    eager = body.replace('initialValue="true"', 'initialValue="false"', 1)
+    eager = ds.sbml.load(_write(tmp_path, eager, "eager.xml"))
+    np.testing.assert_allclose(eager.fire_on_jump(0.0, None, low), [5.5, 1.0, 0.0])
+    # and a jump that makes it true (a change at a period's start) fires it
+    np.testing.assert_allclose(
+        model.fire_on_jump(3.0, jnp.array([2.0, 1.0, 0.0]), low), [5.5, 1.0, 0.0]
+    )
+    np.testing.assert_allclose(model.fire_on_jump(3.0, low, low), low)
+
+
+def test_a_problem_fits_through_an_event_triggered_by_the_state(tmp_path):
+    """The redosing of the test above in a `ds.Problem` (which passes the model's events to
+    its solves itself): its log-likelihood at k = 0.5 on the closed form's values is the
+    noise terms' alone, and a fit from k = 0.3 (the dose then at t = 4.6 instead of 2.8)
+    reaches k = 0.5 through the forward-mode Jacobian of solves with the event."""
+    k = 0.5
+    redose = _event(
+        "redose",
+        "<apply><lt/><ci>A</ci><cn>1</cn></apply>",
+        {"A": "<apply><plus/><ci>A</ci><ci>dose</ci></apply>"},
+    )
+    body = (
+        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
+        f"<listOfSpecies>{_species('A', 4.0)}</listOfSpecies><listOfParameters>"
+        f'<parameter id="k" value="{k}" constant="true"/>'
+        '<parameter id="dose" value="5" constant="true"/></listOfParameters>'
+        + _decay()
+        + f"<listOfEvents>{redose}</listOfEvents>"
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    ts = np.linspace(0.5, 6.0, 12)
+    a = np.where(ts < np.log(4.0) / k, 4.0, 24.0) * np.exp(-k * ts)
+    problem = ds.Problem(
+        model,
+        experiments=[
+            ds.Experiment(
+                {"time": ts, "observable": ["A"] * ts.size, "value": a}, y0=model.initial_state()
+            )
+        ],
+        observables={"A": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
+        unknowns={"k": ds.Unknown(0.3, bounds=(0.01, 10.0), scale="log10")},
+    )
+    noise_alone = -ts.size * 0.5 * np.log(2 * np.pi * 0.1**2)
+    assert problem.llh({"k": k}) == pytest.approx(noise_alone, abs=1e-7)
+    fit = ds.fit(problem, starts=1, progress=False)
+    assert fit.params["k"] == pytest.approx(k, rel=1e-6)
 
 
 def test_initial_assignments_set_parameters_sizes_and_stoichiometries(tmp_path):

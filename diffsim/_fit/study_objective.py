@@ -131,6 +131,10 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None, forwar
 
     def member(values, pre_values, y0, times, anew, segments):
         start = initial(values, y0)
+        if pre_values is None and _fires(model_in_use):
+            # at t0 an event of the state fires if its trigger holds there and its
+            # initial value is false (after a pre-equilibration the solve goes on instead)
+            start = simulation_model(problem, values, base).fire_on_jump(times[0], None, start)
         if pre_values is not None:
             rest = steady_state(
                 simulation_model(problem, pre_values, base),
@@ -144,6 +148,13 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None, forwar
             return _run_segments(problem, group.segments.functions, start, segments, base, forward)
         return _solve(problem, simulation_model(problem, values, base), start, times, forward)
 
+    model_in_use = problem.model if base is None else base
+    if group.pre is not None and _fires(model_in_use):
+        raise ValueError(
+            f"{type(model_in_use).__name__} has events triggered by the state "
+            f"({', '.join(model_in_use.triggered_events)}), which a pre-equilibration's "
+            "steady-state search does not apply: diffsim cannot pre-equilibrate this model"
+        )
     segments = None
     if group.segments is not None:
         tables = group.segments
@@ -168,6 +179,11 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None, forwar
     return jax.vmap(member, in_axes=axes)(*arguments)
 
 
+def _fires(model) -> bool:
+    """Whether `model` has events triggered by the state (an SBML model's)."""
+    return bool(getattr(model, "triggered_events", ()))
+
+
 def _solve(problem, model, start, times, forward=False):
     """The states at `times` (NaN where the solve failed). `forward`: the solve is only
     differentiated in forward mode (a fit's Jacobian), whose tangents then run through the
@@ -176,6 +192,8 @@ def _solve(problem, model, start, times, forward=False):
     than there are unknowns (Bruno's 13 set 25 parameters and initial states), and above 32
     inputs the default prepares a reverse pass."""
     options = {"adjoint": diffrax.ForwardMode()} if forward else {}
+    if _fires(model):
+        options["events"] = model.state_events()
     solution = simulate(
         model,
         start,
@@ -217,7 +235,12 @@ def _run_segments(problem, functions, start, segments, base, forward=False):
         changed = jnp.where(assign, new, y)
         if functions:
             changed = jax.lax.switch(j, branches, changed, y, parameters_dict(problem, before))
-        ys = _solve(problem, simulation_model(problem, own, base), changed, ts, forward)
+        model = simulation_model(problem, own, base)
+        if _fires(model):
+            # a trigger the change makes true fires now (the solver sees only crossings)
+            earlier = simulation_model(problem, before, base)
+            changed = model.fire_on_jump(ts[0], y, changed, earlier)
+        ys = _solve(problem, model, changed, ts, forward)
         return ys[stop], ys
 
     steps = jnp.arange(segments)

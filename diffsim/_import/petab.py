@@ -540,6 +540,14 @@ class _Builder:
             rows = table[mine]
             data = self.rows(rows, unknowns, at_rest=at_rest)
             settings = self.settings(self.condition(sim))
+            if (pre or at_rest) and self.model.triggered_events:
+                # a steady-state search integrates the vector field alone
+                raise PetabError(
+                    f"{self.path}: {'pre-equilibration' if pre else 'steady-state measurements'}"
+                    f" of a model with events triggered by the state "
+                    f"({', '.join(self.model.triggered_events)}) are not supported (the search "
+                    "for the steady state would not apply them)"
+                )
             if at_rest:
                 # measured at t = inf: the steady state under the condition, reached from its
                 # initial state; with a pre-equilibration before it, that start would be the

@@ -23,12 +23,16 @@ What is read:
   compartments and parameters: `model.changes()` gives them as
   `ds.Experiment(changes=...)`, so the solver stops at each and the state jumps exactly
   (`ds.petab.load` does this per experiment, an event at a period's start acting after its
-  conditions); `ds.simulate` of such a model alone is refused (it would miss them).
+  conditions); `ds.simulate` of such a model alone is refused (it would miss them);
+- events triggered by the state (a comparison of two values of the state, parameters and
+  time) with assignments to species, compartments and parameters (which become states of
+  rate 0): `model.state_events()` gives them as `ds.Event`s for `ds.simulate`, which a
+  `ds.Problem` passes itself, and `model.fire_on_jump` fires those a jump makes true.
 
-What is not, refused when the file is loaded with the element's id: events triggered by the
-state, events with delays, algebraic rules, fast reactions, variable stoichiometry,
-compartments that rules change, conversion factors, an id `time`; and any file
-libsbml's consistency checks find invalid.
+What is not, refused when the file is loaded with the element's id: triggers of other
+forms (and, or, ==), events with delays, events of the state with priorities, algebraic
+rules, fast reactions, variable stoichiometry, compartments that rules change, conversion
+factors, an id `time`; and any file libsbml's consistency checks find invalid.
 
 The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
 size) are traced like any model's fields: `ds.Problem` estimates them by name.
@@ -45,6 +49,7 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 
+from .._events import Event
 from .._model import AbstractODE
 from .._validate import user_path
 from .._warn import warn
@@ -80,12 +85,20 @@ class _Structure:
     # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
     # the trigger is strict, time > c)
     events: tuple = ()
+    # events triggered by the state: (id, env -> a value that crosses zero rising where the
+    # trigger becomes true, fires when true at t0, assignments as `events`' (to states only))
+    state_events: tuple = ()
     # switches on time (a piecewise's `time >= c`, c from the parameters): (the flag's name,
     # env -> c, the ids c reads); see `_on_flags`
     switches: tuple = ()
     # values given by expressions of the parameters (PEtab v2 conditions): (id, (env -> value,
     # ...)): the id takes the k-th when the parameter `choose:<id>` is k (0: its own value)
     choices: tuple = ()
+
+
+# how many times each event triggered by the state may fire in one solve (`state_events`):
+# a static size of the records the solve keeps
+EVENT_LIMIT = 64
 
 
 # A solve traces its model's field many times (each stage of a Rosenbrock step, its Jacobian,
@@ -190,6 +203,44 @@ class SBMLModel(AbstractODE):
     def timed_events(self) -> tuple[str, ...]:
         """The ids of the file's time-triggered events (see `changes`)."""
         return tuple(event[0] for event in self.structure.events)
+
+    @property
+    def triggered_events(self) -> tuple[str, ...]:
+        """The ids of the file's events triggered by the state (see `state_events`)."""
+        return tuple(event[0] for event in self.structure.state_events)
+
+    def state_events(self, max_events: int = EVENT_LIMIT) -> tuple:
+        """The file's events triggered by the state, as `ds.Event`s for `ds.simulate(model,
+        ..., events=model.state_events())` (`ds.Problem` passes them itself): each fires
+        where its trigger turns true (lhs − rhs of `lhs >= rhs` crossing zero rising, as the
+        solver locates it on its dense output) and restarts from the state its assignments
+        give, all evaluated at the state just before. Each may fire `max_events` times; one
+        more stops the solve (`ds.RESULTS.event_limit_reached`). A trigger made true by a
+        jump rather than by the flow (a change at a period's start, or at t0 one whose
+        initial value is false) is not seen by the solver: `fire_on_jump` applies those."""
+        return tuple(
+            Event(_Trigger(self, k), direction=1, reset=_Fire(self, k), max_events=max_events)
+            for k in range(len(self.structure.state_events))
+        )
+
+    def fire_on_jump(self, t, y_before, y_after, before: "SBMLModel | None" = None):
+        """The state at `t` after a jump from `y_before` (under the parameters of `before`,
+        default this model's) to `y_after` (under this model's): each event triggered by the
+        state whose trigger is false before and true after fires, in the file's order, its
+        assignments evaluated at the state it then has. `y_before=None`: the jump is the
+        start, where a trigger counts as false before if its initial value is false (SBML's
+        `initialValue`), else as its value at `y_after`."""
+        before = self if before is None else before
+        t = jnp.asarray(t, jnp.result_type(y_after))
+        y = y_after
+        for k, (_, distance, fires_at_start, _) in enumerate(self.structure.state_events):
+            now = distance(self.environment(t, y, self.params)) >= 0
+            if y_before is None:
+                was = jnp.asarray(not fires_at_start) & now
+            else:
+                was = distance(before.environment(t, y_before, before.params)) >= 0
+            y = jnp.where(now & ~was, _Fire(self, k)(t, y), y)
+        return y
 
     def without_events(self) -> "SBMLModel":
         """The same model without its events, to simulate with `changes()` applied by a
@@ -325,6 +376,35 @@ class SBMLModel(AbstractODE):
         return jnp.stack([jnp.asarray(env[name], dtype) for name in self.structure.states])
 
 
+class _Trigger(eqx.Module):
+    """The `k`-th event triggered by the state as a `ds.Event` condition: a value crossing
+    zero rising where the trigger turns true."""
+
+    model: SBMLModel
+    k: int = eqx.field(static=True)
+
+    def __call__(self, t, y):
+        distance = self.model.structure.state_events[self.k][1]
+        return jnp.asarray(distance(self.model.environment(t, y, self.model.params)))
+
+
+class _Fire(eqx.Module):
+    """The `k`-th event triggered by the state as a `ds.Event` reset: its assignments, all
+    evaluated at the state just before."""
+
+    model: SBMLModel
+    k: int = eqx.field(static=True)
+
+    def __call__(self, t, y):
+        structure = self.model.structure
+        env = self.model.environment(t, y, self.model.params)
+        new = y
+        for variable, compiled, _ in structure.state_events[self.k][3]:
+            value = jnp.asarray(compiled(env), y.dtype)
+            new = new.at[structure.states.index(variable)].set(value)
+        return new
+
+
 class StateAssignment:
     """A species' new value at a change (an SBML event, a PEtab v2 period): a compiled
     expression evaluated at (the change's time, the state and parameters just before it)."""
@@ -456,10 +536,20 @@ def _build(model, source: str) -> SBMLModel:
         pass  # constraints only assert; they do not change the dynamics
     _refuse_time_ids(model, source)
     initially = {ia.getSymbol() for ia in model.getListOfInitialAssignments()}
-    changed = {r.getVariable(): "a rate rule" for r in model.getListOfRules() if r.isRate()}
+    rated = {r.getVariable() for r in model.getListOfRules() if r.isRate()}
+    changed = {variable: "a rate rule" for variable in rated}
     for event in model.getListOfEvents():
         for assignment in event.getListOfEventAssignments():
             changed[assignment.getVariable()] = f"event {event.getId() or '(unnamed)'}"
+    # parameters that events triggered by the state set: states of rate 0, as a reset inside
+    # a solve changes only the state
+    switched = [
+        variable
+        for event in _state_triggered(model, math_of, rated)
+        for variable in (a.getVariable() for a in event.getListOfEventAssignments())
+        if model.getParameter(variable) is not None and variable not in rated
+    ]
+    switched = list(dict.fromkeys(switched))
     params: dict[str, Any] = {}
     volumes = {}
     # compartments whose size events set: states that keep their size between events (rate
@@ -467,9 +557,9 @@ def _build(model, source: str) -> SBMLModel:
     resized = []
     for compartment in model.getListOfCompartments():
         cid = compartment.getId()
+        if cid in rated:
+            _refuse(source, f"compartment {cid} of variable size (set by a rate rule)")
         # a constant="false" compartment that nothing changes is constant
-        if cid in changed and changed[cid] == "a rate rule":
-            _refuse(source, f"compartment {cid} of variable size (set by {changed[cid]})")
         if cid in changed:
             resized.append(cid)
         if compartment.isSetSize():
@@ -513,7 +603,7 @@ def _build(model, source: str) -> SBMLModel:
     states, initial_values, concentration = [], {}, {}
     species_compartment = {}
     # first in `initial_values`: a species' initial value reads its compartment's size
-    for cid in resized:
+    for cid in resized + switched:
         size = params.pop(cid)
         initial_values[cid] = None if math.isnan(size) else (size, None, None)
     if model.isSetConversionFactor() if hasattr(model, "isSetConversionFactor") else False:
@@ -539,7 +629,7 @@ def _build(model, source: str) -> SBMLModel:
         else:
             initial_values[sid] = None
         states.append(sid)
-    states.extend(resized)
+    states.extend(resized + switched)
     for variable in rate_rules:
         if variable not in states:
             if variable not in params:
@@ -676,7 +766,7 @@ def _build(model, source: str) -> SBMLModel:
         ]
         for cid in resized
     }
-    events = _time_events(model, math_of, source, params, states, rules, amounts_kept)
+    events, state_events = _events(model, math_of, source, params, states, rules, amounts_kept)
     structure = _Structure(
         source=source,
         states=tuple(states),
@@ -686,6 +776,7 @@ def _build(model, source: str) -> SBMLModel:
         initial_values=initial_values,
         expressions=expressions,
         events=events,
+        state_events=state_events,
         switches=tuple(
             (
                 name,
@@ -803,15 +894,16 @@ def _read_names(named: dict, expressions) -> dict:
     return found
 
 
-def _time_events(
+def _events(
     model, math_of, source, params: dict, states: list, rules: dict, amounts_kept: dict
-) -> tuple:
-    """The file's events, each triggered when time reaches a value the parameters set
-    (`time >= c`, `time > c`); anything else is refused naming the event. An event that sets
+) -> tuple[tuple, tuple]:
+    """(the events triggered when time reaches a value the parameters set, `time >= c` or
+    `time > c`; those triggered by the state, a comparison >=, >, <=, < of the state,
+    parameters and time); anything else is refused naming the event. An event that sets
     a compartment's size (`amounts_kept`: compartment -> the species in concentration in it)
     keeps the amounts of the species in it that it does not set itself (SBML): their
     concentrations are scaled by the old size over the new."""
-    events = []
+    timed, triggered = [], []
     for event in model.getListOfEvents():
         eid = event.getId() or "(unnamed)"
         if event.isSetDelay():
@@ -821,17 +913,28 @@ def _time_events(
             _refuse(source, f"event {eid} without a trigger")
         condition = math_of(trigger.getMath(), f"the trigger of event {eid}")
         at, strict = _trigger_time(condition)
-        if at is None or not {s.name for s in at.free_symbols} <= set(params):
+        by_time = at is not None and {s.name for s in at.free_symbols} <= set(params)
+        distance = None if by_time else _trigger_distance(condition)
+        if not by_time and distance is None:
             _refuse(
                 source,
-                f"event {eid}'s trigger {condition} (events triggered when time reaches a "
-                "value of the parameters are read, time >= c; others are not)",
+                f"event {eid}'s trigger {condition} (a trigger is read when it compares two "
+                "values, >=, >, <= or <, of the state, parameters and time; and, or, == and "
+                "other forms are not)",
             )
+        if distance is not None and event.isSetPriority():
+            _refuse(source, f"event {eid} with a priority")
         assignments = []
         for assignment in event.getListOfEventAssignments():
             variable = assignment.getVariable()
             if variable not in states and variable not in params or variable in rules:
                 _refuse(source, f"event {eid}'s assignment to {variable}, no species or parameter")
+            if distance is not None and variable not in states:
+                _refuse(
+                    source,
+                    f"event {eid}'s assignment to parameter {variable} (its trigger reads a "
+                    "parameter that an event triggered by the state sets)",
+                )
             expr = math_of(assignment.getMath(), f"event {eid}'s assignment to {variable}")
             compiled = compile_expression(expr, f"{source}: event {eid}'s assignment to {variable}")
             assignments.append((variable, compiled, expr))
@@ -846,7 +949,13 @@ def _time_events(
         # SBML level 2 triggers have no initial value: true (no firing at t0 if already true)
         fires_at_start = hasattr(trigger, "isSetInitialValue") and trigger.isSetInitialValue()
         fires_at_start = fires_at_start and not trigger.getInitialValue()
-        events.append(
+        if distance is not None:
+            where = f"{source}: the trigger of event {eid}"
+            triggered.append(
+                (eid, compile_expression(distance, where), fires_at_start, tuple(assignments))
+            )
+            continue
+        timed.append(
             (
                 eid,
                 compile_expression(at, f"{source}: the trigger time of event {eid}"),
@@ -856,7 +965,36 @@ def _time_events(
                 strict,
             )
         )
-    return tuple(events)
+    return tuple(timed), tuple(triggered)
+
+
+def _state_triggered(model, math_of, rated: set) -> list:
+    """The file's events whose trigger is not `time >= c` with c from constant parameters and
+    compartments (`rated`: the variables of rate rules, not constant): read before the states
+    are, to know which parameters such events set (`_events` decides with the parameters
+    as built)."""
+    constant = {p.getId() for p in model.getListOfParameters()}
+    constant |= {c.getId() for c in model.getListOfCompartments()}
+    constant -= rated | {r.getVariable() for r in model.getListOfRules()}
+    found = []
+    for event in model.getListOfEvents():
+        trigger = event.getTrigger()
+        if trigger is None or trigger.getMath() is None:
+            continue  # refused in `_events`
+        at, _ = _trigger_time(math_of(trigger.getMath(), f"the trigger of event {event.getId()}"))
+        if at is None or not {s.name for s in at.free_symbols} <= constant:
+            found.append(event)
+    return found
+
+
+def _trigger_distance(condition):
+    """A value that crosses zero from below where `condition` (lhs >= rhs, >, <=, <) turns
+    true: lhs − rhs, or rhs − lhs; None for any other condition."""
+    if isinstance(condition, (sympy.GreaterThan, sympy.StrictGreaterThan)):
+        return condition.lhs - condition.rhs
+    if isinstance(condition, (sympy.LessThan, sympy.StrictLessThan)):
+        return condition.rhs - condition.lhs
+    return None
 
 
 # A switch's flag: -1 follows the time itself (the value of the file's condition at t); 0 is

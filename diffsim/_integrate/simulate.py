@@ -245,6 +245,13 @@ def simulate(
         _check_history(model, y0, t0)
         check_history_values(model, t0)
     once(_check_state, model, y0, t0)
+    triggered = getattr(model, "triggered_events", ())
+    if triggered and events is None:  # an SBML model's: the vector field alone would miss them
+        raise ValueError(
+            f"{type(model).__name__} has events triggered by the state ({', '.join(triggered)}) "
+            "that a simulation of its vector field would miss: pass "
+            "events=model.state_events() (a ds.Problem does)"
+        )
     model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
