@@ -294,6 +294,20 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     with pytest.raises(ds.sbml.SBMLError, match="the model's conversion factor cf"):
         ds.sbml.load(path)
+    # level 3 version 2 lets an element leave out its math; such an element is not read
+    no_math = converted + '<listOfInitialAssignments><initialAssignment symbol="cf"/>'
+    no_math += "</listOfInitialAssignments>"
+    with pytest.raises(ds.sbml.SBMLError, match="initial assignment of cf has no math"):
+        ds.sbml.load(_write(tmp_path, no_math, "no_math.xml"))
+    # true and false are 1 and 0 where a number is expected (a kinetic law of `true`)
+    always = (
+        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments><listOfSpecies>"
+        + _species("A", 3.0)
+        + "</listOfSpecies>"
+        + _decay().replace("<apply><times/><ci>k</ci><ci>A</ci></apply>", "<true/>")
+    )
+    constant_rate = ds.sbml.load(_write(tmp_path, always, "always.xml"))
+    assert float(constant_rate.vector_field(0.0, jnp.array([3.0]))[0]) == -1.0
 
 
 def _event(eid, trigger, assignments, initial="true"):
@@ -340,7 +354,7 @@ def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_p
 
     def solve(k):
         moved = eqx.tree_at(lambda m: m.params["k"], model, k)
-        return ds.simulate(moved, y0, ts, solver=solver, events=moved.state_events())
+        return ds.simulate(moved, y0, ts, solver=solver)  # with the model's own events
 
     # values and derivatives from one program
     (ys, event_times), (slope, moved) = jax.jvp(
@@ -356,9 +370,10 @@ def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_p
     assert float(event_times[1][0]) == pytest.approx(1.8, rel=1e-8)
     np.testing.assert_allclose(slope[:, 0], -t * a, rtol=1e-6, atol=1e-9)
     assert float(moved[0][0]) == pytest.approx(-np.log(4.0) / k**2, rel=1e-6)
-    # the vector field alone would miss them: refused
-    with pytest.raises(ValueError, match=r"events triggered by the state \(redose, stop\)"):
-        ds.simulate(model, y0, ts, solver=solver)
+    # events of one's own must come with the model's
+    stop = ds.Event(lambda t, y: y[0] - 0.1, terminal=True)
+    with pytest.raises(ValueError, match=r"\(redose, stop\), and events= holds none of them"):
+        ds.simulate(model, y0, ts, solver=solver, events=stop)
     # a trigger true at the start fires there only where its initial value is false
     low = jnp.array([0.5, 1.0, 0.0])
     np.testing.assert_allclose(model.fire_on_jump(0.0, None, low), low)
@@ -370,6 +385,17 @@ def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_p
         model.fire_on_jump(3.0, jnp.array([2.0, 1.0, 0.0]), low), [5.5, 1.0, 0.0]
     )
     np.testing.assert_allclose(model.fire_on_jump(3.0, low, low), low)
+    # events of one trigger fire together (as one ds.Event: a solve fires only the first of
+    # events that cross at one instant)
+    also = _event("also", "<apply><lt/><ci>A</ci><cn>1</cn></apply>", {"v": "<cn>7</cn>"})
+    twice = ds.sbml.load(
+        _write(tmp_path, body.replace("</listOfEvents>", also + "</listOfEvents>"), "2.xml")
+    )
+    assert twice.triggered_events == ("redose", "also", "stop")
+    assert len(twice.state_events()) == 2
+    np.testing.assert_allclose(
+        twice.fire_on_jump(3.0, jnp.array([2.0, 1.0, 0.0]), low), [5.5, 7.0, 0.0]
+    )
 
 
 def test_a_problem_fits_through_an_event_triggered_by_the_state(tmp_path):

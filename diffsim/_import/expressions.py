@@ -79,7 +79,7 @@ def from_ast(
     if not _takes_conditions(kind):
         # true and false are 1 and 0 where a number is expected (PEtab; SBML's MathML allows
         # it too): in arithmetic, as function arguments, compared with numbers
-        children = [_as_number(c) for c in children]
+        children = [as_number(c) for c in children]
     if kind == lib.AST_NAME:
         return sympy.Symbol(node.getName())
     if kind == lib.AST_NAME_TIME:
@@ -175,7 +175,9 @@ def _conditions():
     )
 
 
-def _as_number(expr):
+def as_number(expr):
+    """`expr` where a number is expected: true and false as 1 and 0, a condition as 1 where
+    it holds and 0 elsewhere."""
     if isinstance(expr, _conditions()):
         if expr is sympy.true or expr is sympy.false:
             return sympy.Integer(int(bool(expr)))

@@ -26,8 +26,8 @@ What is read:
   conditions); `ds.simulate` of such a model alone is refused (it would miss them);
 - events triggered by the state (a comparison of two values of the state, parameters and
   time) with assignments to species, compartments and parameters (which become states of
-  rate 0): `model.state_events()` gives them as `ds.Event`s for `ds.simulate`, which a
-  `ds.Problem` passes itself, and `model.fire_on_jump` fires those a jump makes true.
+  rate 0): `ds.simulate` and `ds.Problem` run them (`model.state_events()`, as
+  `ds.Event`s), and `model.fire_on_jump` fires those a jump makes true.
 
 What is not, refused when the file is loaded with the element's id: triggers of other
 forms (and, or, ==), events with delays, events of the state with priorities, algebraic
@@ -54,6 +54,7 @@ from .._model import AbstractODE
 from .._validate import user_path
 from .._warn import warn
 from .expressions import (
+    as_number,
     compile_expression,
     ExpressionError,
     from_ast,
@@ -85,8 +86,9 @@ class _Structure:
     # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
     # the trigger is strict, time > c)
     events: tuple = ()
-    # events triggered by the state: (id, env -> a value that crosses zero rising where the
-    # trigger becomes true, fires when true at t0, assignments as `events`' (to states only))
+    # events triggered by the state, those of one trigger together: (their ids, env -> a
+    # value that crosses zero rising where the trigger becomes true, fires when true at t0,
+    # assignments as `events`' (to states only))
     state_events: tuple = ()
     # switches on time (a piecewise's `time >= c`, c from the parameters): (the flag's name,
     # env -> c, the ids c reads); see `_on_flags`
@@ -207,17 +209,20 @@ class SBMLModel(AbstractODE):
     @property
     def triggered_events(self) -> tuple[str, ...]:
         """The ids of the file's events triggered by the state (see `state_events`)."""
-        return tuple(event[0] for event in self.structure.state_events)
+        return tuple(eid for event in self.structure.state_events for eid in event[0])
 
     def state_events(self, max_events: int = EVENT_LIMIT) -> tuple:
-        """The file's events triggered by the state, as `ds.Event`s for `ds.simulate(model,
-        ..., events=model.state_events())` (`ds.Problem` passes them itself): each fires
-        where its trigger turns true (lhs − rhs of `lhs >= rhs` crossing zero rising, as the
-        solver locates it on its dense output) and restarts from the state its assignments
-        give, all evaluated at the state just before. Each may fire `max_events` times; one
-        more stops the solve (`ds.RESULTS.event_limit_reached`). A trigger made true by a
-        jump rather than by the flow (a change at a period's start, or at t0 one whose
-        initial value is false) is not seen by the solver: `fire_on_jump` applies those."""
+        """The file's events triggered by the state, as `ds.Event`s (events of one trigger
+        as one): `ds.simulate` of the model uses them when given no events (and fires at
+        the start those SBML fires there, `fire_on_jump`); with events of your own, pass
+        `events=(*model.state_events(), *yours)`; `ds.Problem` passes them itself. Each
+        fires where its trigger turns true (lhs − rhs of `lhs >= rhs` crossing zero rising,
+        as the solver locates it on its dense output) and restarts from the state its
+        assignments give, all evaluated at the state just before. Each may fire
+        `max_events` times; one more stops the solve (`ds.RESULTS.event_limit_reached`). A
+        trigger made true by a jump rather than by the flow (a change at a period's start,
+        or at t0 one whose initial value is false) is not seen by the solver:
+        `fire_on_jump` applies those."""
         return tuple(
             Event(_Trigger(self, k), direction=1, reset=_Fire(self, k), max_events=max_events)
             for k in range(len(self.structure.state_events))
@@ -234,9 +239,11 @@ class SBMLModel(AbstractODE):
         t = jnp.asarray(t, jnp.result_type(y_after))
         y = y_after
         for k, (_, distance, fires_at_start, _) in enumerate(self.structure.state_events):
+            if y_before is None and not fires_at_start:
+                continue  # true at the start counts as true before it: nothing turns true
             now = distance(self.environment(t, y, self.params)) >= 0
             if y_before is None:
-                was = jnp.asarray(not fires_at_start) & now
+                was = jnp.zeros((), bool)
             else:
                 was = distance(before.environment(t, y_before, before.params)) >= 0
             y = jnp.where(now & ~was, _Fire(self, k)(t, y), y)
@@ -516,11 +523,16 @@ def _refuse(source, what):
 
 
 def _build(model, source: str) -> SBMLModel:
-    def math_of(node, where):
+    def math_of(node, where, condition=False):
+        """The mathematics of an element as SymPy: a number (true and false as 1 and 0,
+        as SBML allows) unless it is a `condition` (a trigger, a function's body)."""
+        if node is None:  # level 3 version 2 lets an element leave out its math
+            raise SBMLError(f"{source}: {where} has no math, which diffsim does not read")
         try:
-            return from_ast(node, functions, where)
+            expr = from_ast(node, functions, where)
         except ExpressionError as error:
             raise SBMLError(f"{source}: {error}") from None
+        return expr if condition else as_number(expr)
 
     functions = {}
     for fd in model.getListOfFunctionDefinitions():
@@ -529,7 +541,7 @@ def _build(model, source: str) -> SBMLModel:
             _refuse(source, f"function definition {fd.getId()} without math")
         count = lam.getNumChildren()
         arguments = [sympy.Symbol(lam.getChild(i).getName()) for i in range(count - 1)]
-        body = math_of(lam.getChild(count - 1), f"function {fd.getId()}")
+        body = math_of(lam.getChild(count - 1), f"function {fd.getId()}", condition=True)
         functions[fd.getId()] = sympy.Lambda(tuple(arguments), body)
 
     if model.getNumConstraints():
@@ -911,7 +923,7 @@ def _events(
         trigger = event.getTrigger()
         if trigger is None or trigger.getMath() is None:
             _refuse(source, f"event {eid} without a trigger")
-        condition = math_of(trigger.getMath(), f"the trigger of event {eid}")
+        condition = math_of(trigger.getMath(), f"the trigger of event {eid}", condition=True)
         at, strict = _trigger_time(condition)
         by_time = at is not None and {s.name for s in at.free_symbols} <= set(params)
         distance = None if by_time else _trigger_distance(condition)
@@ -950,10 +962,7 @@ def _events(
         fires_at_start = hasattr(trigger, "isSetInitialValue") and trigger.isSetInitialValue()
         fires_at_start = fires_at_start and not trigger.getInitialValue()
         if distance is not None:
-            where = f"{source}: the trigger of event {eid}"
-            triggered.append(
-                (eid, compile_expression(distance, where), fires_at_start, tuple(assignments))
-            )
+            triggered.append((eid, distance, fires_at_start, assignments))
             continue
         timed.append(
             (
@@ -965,7 +974,30 @@ def _events(
                 strict,
             )
         )
-    return tuple(timed), tuple(triggered)
+    return tuple(timed), _by_trigger(triggered, source)
+
+
+def _by_trigger(triggered: list, source: str) -> tuple:
+    """The events triggered by the state, those of one trigger (the same expression and
+    initial value) as one: they fire at the same instant, where a solve fires only the
+    first of the `ds.Event`s that cross together. Each: (their ids, the trigger's distance
+    compiled, fires at t0, their assignments in the file's order)."""
+    grouped: dict = {}
+    for eid, distance, fires_at_start, assignments in triggered:
+        key = (sympy.srepr(sympy.expand(distance)), fires_at_start)
+        if key not in grouped:
+            grouped[key] = ([], distance, fires_at_start, [])
+        grouped[key][0].append(eid)
+        grouped[key][3].extend(assignments)
+    return tuple(
+        (
+            tuple(ids),
+            compile_expression(distance, f"{source}: the trigger of event {ids[0]}"),
+            fires_at_start,
+            tuple(assignments),
+        )
+        for ids, distance, fires_at_start, assignments in grouped.values()
+    )
 
 
 def _state_triggered(model, math_of, rated: set) -> list:
@@ -981,7 +1013,8 @@ def _state_triggered(model, math_of, rated: set) -> list:
         trigger = event.getTrigger()
         if trigger is None or trigger.getMath() is None:
             continue  # refused in `_events`
-        at, _ = _trigger_time(math_of(trigger.getMath(), f"the trigger of event {event.getId()}"))
+        where = f"the trigger of event {event.getId()}"
+        at, _ = _trigger_time(math_of(trigger.getMath(), where, condition=True))
         if at is None or not {s.name for s in at.free_symbols} <= constant:
             found.append(event)
     return found

@@ -245,13 +245,11 @@ def simulate(
         _check_history(model, y0, t0)
         check_history_values(model, t0)
     once(_check_state, model, y0, t0)
-    triggered = getattr(model, "triggered_events", ())
-    if triggered and events is None:  # an SBML model's: the vector field alone would miss them
-        raise ValueError(
-            f"{type(model).__name__} has events triggered by the state ({', '.join(triggered)}) "
-            "that a simulation of its vector field would miss: pass "
-            "events=model.state_events() (a ds.Problem does)"
-        )
+    if getattr(model, "triggered_events", ()):
+        if events is None:
+            y0, events = _with_own_events(model, t0, y0, host_ts)
+        else:
+            _check_own_events_given(model, events)
     model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
@@ -516,6 +514,36 @@ def check_state_shape(model, y0) -> None:
             f"y0 must have shape {tuple(expected)}{labels} for {type(model).__name__}, got "
             f"{y0.shape}"
         )
+
+
+def _with_own_events(model, t0, y0, host_ts):
+    """(the start, the events) of a solve of a model whose file has events triggered by the
+    state, given no events: those events (`SBMLModel.state_events`), and the ones that fire
+    at the start applied."""
+    if not is_traced(host_ts) and runs_backward(host_ts):
+        raise ValueError(
+            f"{type(model).__name__} has events triggered by the state "
+            f"({', '.join(model.triggered_events)}), which a solve backward in time does not "
+            "run: solve it forward"
+        )
+    return _fired_at_start(model, t0, y0), model.state_events()
+
+
+def _check_own_events_given(model, events) -> None:
+    """Events given for a model whose file has events triggered by the state must hold
+    those (the vector field alone would miss them)."""
+    own = type(model.state_events()[0].condition)
+    if not any(isinstance(event.condition, own) for event in as_events(events)):
+        raise ValueError(
+            f"{type(model).__name__} has events triggered by the state "
+            f"({', '.join(model.triggered_events)}), and events= holds none of them: pass "
+            "events=(*model.state_events(), *yours), or no events to run the model's own"
+        )
+
+
+@eqx.filter_jit
+def _fired_at_start(model, t0, y0):
+    return model.fire_on_jump(t0, None, y0)
 
 
 def _check_state(model, y0, t0) -> None:
