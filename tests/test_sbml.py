@@ -436,6 +436,44 @@ def test_a_problem_fits_through_an_event_triggered_by_the_state(tmp_path):
     assert fit.params["k"] == pytest.approx(k, rel=1e-6)
 
 
+SBML_SUITE = Path(__file__).resolve().parent / "data" / "sbml-test-suite"
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in SBML_SUITE.iterdir() if p.is_dir()))
+def test_cases_of_the_sbml_test_suite_with_events(case):
+    """Cases of SBML's own test suite (tests/data/sbml-test-suite/README.md): every reported
+    value within the case's criterion |expected - value| <= absolute + relative·|expected|."""
+    folder = SBML_SUITE / case
+    settings = dict(
+        line.split(":", 1)
+        for line in (folder / f"{case}-settings.txt").read_text().splitlines()
+        if ":" in line
+    )
+    listed = lambda key: {v.strip() for v in settings[key].split(",") if v.strip()}  # noqa: E731
+    start, duration = float(settings["start"]), float(settings["duration"])
+    ts = np.linspace(start, start + duration, int(settings["steps"]) + 1)
+    model = ds.sbml.load(folder / f"{case}-sbml-l3v2.xml")
+    assert model.triggered_events
+    solution = ds.simulate(
+        model, model.initial_state(), ts, solver=ds.Rodas5P(rtol=1e-10, atol=1e-12)
+    )
+    expected = np.genfromtxt(folder / f"{case}-results.csv", delimiter=",", names=True)
+    import libsbml
+
+    document = libsbml.readSBMLFromFile(str(folder / f"{case}-sbml-l3v2.xml"))
+    for name in sorted(listed("variables")):
+        values = np.asarray([model.value(name, t, y) for t, y in zip(ts, solution.ys)])
+        species = document.getModel().getSpecies(name)
+        if species is not None and not species.getHasOnlySubstanceUnits():
+            size = species.getCompartment()
+            if size in model.params or size in model.state_names:  # not of dimension 0
+                sizes = np.asarray([model.value(size, t, y) for t, y in zip(ts, solution.ys)])
+                values = values * sizes if name in listed("amount") else values
+        reference = expected[name]
+        allowed = float(settings["absolute"]) + float(settings["relative"]) * np.abs(reference)
+        assert np.all(np.abs(values - reference) <= allowed), name
+
+
 def test_initial_assignments_set_parameters_sizes_and_stoichiometries(tmp_path):
     """q = p0 + 1 (the file's value 100 overridden) and the compartment's size c = Vset (4),
     both by initial assignments; A, given as an amount 2 in c, decays at q·A per c: [A] =

@@ -581,8 +581,13 @@ def _build(model, source: str) -> SBMLModel:
                     f"{source}: compartment {cid} has size {size:g}; a compartment's size "
                     "must be positive (species in it are amounts per size)"
                 )
-        elif cid in initially or _dimensionless(compartment):
-            size = float("nan")  # set by its initial assignment below (or unused)
+        elif cid in initially:
+            size = float("nan")  # set by its initial assignment below
+        elif _dimensionless(compartment):
+            # no size: no parameter (a NaN one would flag every solve's inputs invalid);
+            # mathematics that reads it is refused as reading an undefined id
+            volumes[cid] = sympy.Symbol(cid)
+            continue
         elif model.getLevel() >= 3:
             raise SBMLError(
                 f"{source}: compartment {cid} has no size (SBML level 3 gives none by default); "
@@ -626,9 +631,13 @@ def _build(model, source: str) -> SBMLModel:
             _refuse(source, f"species {sid} with a conversion factor")
         if sid in rules:
             continue  # computed by its assignment rule
-        amount_units = species.getHasOnlySubstanceUnits()
-        concentration[sid] = not amount_units
         compartment = species.getCompartment()
+        # in a compartment of dimension 0 a species has no concentration: an amount (SBML)
+        where = model.getCompartment(compartment)
+        amount_units = species.getHasOnlySubstanceUnits() or (
+            where is not None and _dimensionless(where)
+        )
+        concentration[sid] = not amount_units
         species_compartment[sid] = compartment
         # (value, how the compartment's size enters): evaluated with the size the model has
         # then (a setting, an estimate), not the file's
@@ -723,7 +732,16 @@ def _build(model, source: str) -> SBMLModel:
                 if concentration[sid]:
                     term = term / volumes[species_compartment[sid]]
                 flux[sid] = flux[sid] + term
-    rules.update(_read_names(named, [*rules.values(), *rate_rules.values(), *flux.values()]))
+    # the events' mathematics may read them too (a trigger on a reaction's rate)
+    event_math = [
+        math_of(node, "an event", condition=True)
+        for event in model.getListOfEvents()
+        for node in [event.getTrigger() and event.getTrigger().getMath()]
+        + [a.getMath() for a in event.getListOfEventAssignments()]
+        if node is not None
+    ]
+    read = [*rules.values(), *rate_rules.values(), *flux.values(), *event_math]
+    rules.update(_read_names(named, read))
     # every switch on time in the vector field and the rules reads a flag that changes at
     # its time can set (see `_on_flags`)
     switches: dict = {}
