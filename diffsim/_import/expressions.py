@@ -178,6 +178,8 @@ def _conditions():
 def as_number(expr):
     """`expr` where a number is expected: true and false as 1 and 0, a condition as 1 where
     it holds and 0 elsewhere."""
+    if _boolean_piecewise(expr):
+        expr = _truth(expr)
     if isinstance(expr, _conditions()):
         if expr is sympy.true or expr is sympy.false:
             return sympy.Integer(int(bool(expr)))
@@ -204,9 +206,23 @@ _FORMULA_FUNCTIONS = {"sign": lambda x: sympy.sign(x), "log2": lambda x: _log(x)
 
 def _truth(expr):
     """A condition: a relational or a boolean; a number is true where it is not 0."""
+    if _boolean_piecewise(expr):
+        # a piecewise of true and false (a condition chosen by conditions): as a condition.
+        # Compared with 0 it would be a boolean, never equal to a number: always true
+        pieces, earlier = [], sympy.true
+        for value, condition in expr.args:
+            pieces.append(sympy.And(earlier, condition, value))
+            earlier = sympy.And(earlier, sympy.Not(condition))
+        return sympy.Or(*pieces)
     if isinstance(expr, _conditions()):
         return expr
     return sympy.Ne(expr, 0)
+
+
+def _boolean_piecewise(expr) -> bool:
+    return isinstance(expr, sympy.Piecewise) and all(
+        isinstance(value, _conditions()) for value, _ in expr.args
+    )
 
 
 def _lookups():

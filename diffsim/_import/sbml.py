@@ -507,7 +507,22 @@ def load(path) -> SBMLModel:
     model = document.getModel()
     if model is None:
         raise SBMLError(f"{source} holds no SBML model")
+    _refuse_packages(document, source)
     return _build(model, source)
+
+
+def _refuse_packages(document, source: str) -> None:
+    """A level-3 package the file marks as required changes what the model means (`comp`:
+    submodels whose species and reactions belong to the model): read without it, the model
+    would be another. Packages not required (layout, fbc's bounds) leave the dynamics."""
+    if document.getLevel() < 3:  # level 2 has no packages (libsbml lists its layout anyway)
+        return
+    names = [document.getPlugin(i).getPackageName() for i in range(document.getNumPlugins())]
+    names += [document.getUnknownPackagePrefix(i) for i in range(document.getNumUnknownPackages())]
+    for name in names:
+        # level 3 version 2's own mathematics travels as a package nobody declares
+        if name != "l3v2extendedmath" and document.getPackageRequired(name):
+            _refuse(source, f"the SBML package '{name}', which the file requires")
 
 
 def _errors(document, libsbml) -> list:
@@ -733,13 +748,17 @@ def _build(model, source: str) -> SBMLModel:
                     term = term / volumes[species_compartment[sid]]
                 flux[sid] = flux[sid] + term
     # the events' mathematics may read them too (a trigger on a reaction's rate)
-    event_math = [
-        math_of(node, "an event", condition=True)
-        for event in model.getListOfEvents()
-        for node in [event.getTrigger() and event.getTrigger().getMath()]
-        + [a.getMath() for a in event.getListOfEventAssignments()]
-        if node is not None
-    ]
+    event_math = []
+    for event in model.getListOfEvents():
+        eid = event.getId() or "(unnamed)"
+        trigger = event.getTrigger()
+        if trigger is not None and trigger.getMath() is not None:
+            where = f"the trigger of event {eid}"
+            event_math.append(math_of(trigger.getMath(), where, condition=True))
+        for a in event.getListOfEventAssignments():
+            if a.getMath() is not None:
+                where = f"event {eid}'s assignment to {a.getVariable()}"
+                event_math.append(math_of(a.getMath(), where))
     read = [*rules.values(), *rate_rules.values(), *flux.values(), *event_math]
     rules.update(_read_names(named, read))
     # every switch on time in the vector field and the rules reads a flag that changes at
