@@ -267,6 +267,11 @@ def test_files_it_cannot_read_are_refused_naming_the_element(tmp_path):
     )
     assert [t for t, _ in true_start.changes(t0=1.0)] == [1.0]
     assert true_start.changes(t0=1.5) == []
+    # a priority (the order of events at one instant) is not followed: refused
+    ranked = event.replace("</trigger>", "</trigger><priority>" + _MATH.format("<cn>1</cn>"))
+    ranked = ranked.replace("<listOfEventAssignments>", "</priority><listOfEventAssignments>")
+    with pytest.raises(ds.sbml.SBMLError, match="event dose with a priority"):
+        ds.sbml.load(_write(tmp_path, ranked, "ranked.xml"))
     # a trigger other than a comparison (events triggered by the state: the next test) is not
     both = event.replace(
         "<apply><gt/>", "<apply><and/><apply><lt/><ci>A</ci><cn>3</cn></apply><apply><gt/>"
@@ -546,8 +551,9 @@ def test_initial_assignments_set_parameters_sizes_and_stoichiometries(tmp_path):
 def test_an_event_that_resizes_a_compartment_keeps_the_amounts_in_it(tmp_path):
     """A -> at rate k·A (amount per time) in c, which an event doubles at t = 1 (c = 2 -> 4)
     and which also sets B to 5: A's concentration halves there (its amount is kept, SBML's
-    rule) and then decays by k / 4 instead of k / 2; B takes the value the event gives (a
-    concentration in the new size). Closed form: A = 3 e^(-k t / 2) before, A(1)/2 ·
+    rule) and then decays by k / 4 instead of k / 2; B's amount is the value the event gives
+    as a concentration in the size before it (SBML's test suite, cases 01779 and 01780), kept
+    as the size doubles: B = 5 · 2 / 4 = 2.5. Closed form: A = 3 e^(-k t / 2) before, A(1)/2 ·
     e^(-k (t - 1) / 4) after."""
     k = 0.6
     resize = (
@@ -585,11 +591,11 @@ def test_an_event_that_resizes_a_compartment_keeps_the_amounts_in_it(tmp_path):
     for name, assign in assignments.items():
         jumped = jumped.at[names.index(name)].set(assign(y1, model.params))
     a1 = 3.0 * np.exp(-k / 2)
-    np.testing.assert_allclose(jumped, [a1 / 2, 5.0, 4.0], rtol=1e-9)
+    np.testing.assert_allclose(jumped, [a1 / 2, 2.5, 4.0], rtol=1e-9)
     after = _solve(plain, jumped, jnp.linspace(1.0, 3.0, 5))
     expected = a1 / 2 * np.exp(-k * (np.linspace(1, 3, 5) - 1) / 4)
     np.testing.assert_allclose(after[:, 0], expected, rtol=1e-9)
-    np.testing.assert_allclose(after[:, 1:], np.tile([5.0, 4.0], (5, 1)))
+    np.testing.assert_allclose(after[:, 1:], np.tile([2.5, 4.0], (5, 1)))
     # a size a rate rule changes is still refused
     by_rule = (
         body.replace(resize, "")

@@ -247,7 +247,7 @@ def _run_segments(problem, functions, start, segments, base, forward=False):
     _, ys = jax.lax.scan(
         segment, start, (steps, values, previous, assigned, new_values, times, end)
     )
-    return ys.reshape(-1, ys.shape[-1])
+    return ys.reshape(ys.shape[0] * ys.shape[1], ys.shape[-1])  # (a model may have no state)
 
 
 def row_states(problem, theta, dtype, model=None, batch=None, forward=False):

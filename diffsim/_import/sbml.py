@@ -30,9 +30,9 @@ What is read:
   `ds.Event`s), and `model.fire_on_jump` fires those a jump makes true.
 
 What is not, refused when the file is loaded with the element's id: triggers of other
-forms (and, or, ==), events with delays, events of the state with priorities, algebraic
-rules, fast reactions, variable stoichiometry, compartments that rules change, conversion
-factors, an id `time`; and any file libsbml's consistency checks find invalid.
+forms (and, or, ==), events with delays or priorities, level-3 packages a file requires,
+algebraic rules, fast reactions, variable stoichiometry, compartments that rules change,
+conversion factors, an id `time`; and any file libsbml's consistency checks find invalid.
 
 The model's parameters (`model.params`, a dict by SBML id: every parameter and compartment
 size) are traced like any model's fields: `ds.Problem` estimates them by name.
@@ -329,7 +329,7 @@ class SBMLModel(AbstractODE):
             merged.setdefault(float(t0), {})[flag] = 1.0 if time <= t0 else 0.0
             if time > t0:
                 merged.setdefault(time, {})[flag] = 1.0
-        return sorted(merged.items())
+        return sorted((time, changes) for time, changes in merged.items() if changes)
 
     @property
     def time_switches(self) -> tuple[str, ...]:
@@ -950,8 +950,8 @@ def _events(
     `time > c`; those triggered by the state, a comparison >=, >, <=, < of the state,
     parameters and time); anything else is refused naming the event. An event that sets
     a compartment's size (`amounts_kept`: compartment -> the species in concentration in it)
-    keeps the amounts of the species in it that it does not set itself (SBML): their
-    concentrations are scaled by the old size over the new."""
+    keeps the amounts of the species in it (SBML): their concentrations, or the values the
+    event gives them read in the old size, are scaled by the old size over the new."""
     timed, triggered = [], []
     for event in model.getListOfEvents():
         eid = event.getId() or "(unnamed)"
@@ -971,7 +971,9 @@ def _events(
                 "values, >=, >, <= or <, of the state, parameters and time; and, or, == and "
                 "other forms are not)",
             )
-        if distance is not None and event.isSetPriority():
+        if event.isSetPriority():
+            # the order of events at one instant, each reading what the earlier ones set
+            # (case 01331 of SBML's test suite): not followed, so refused
             _refuse(source, f"event {eid} with a priority")
         assignments = []
         for assignment in event.getListOfEventAssignments():
@@ -987,14 +989,17 @@ def _events(
             expr = math_of(assignment.getMath(), f"event {eid}'s assignment to {variable}")
             compiled = compile_expression(expr, f"{source}: event {eid}'s assignment to {variable}")
             assignments.append((variable, compiled, expr))
-        assigned = {variable for variable, _, _ in assignments}
+        given = {variable: expr for variable, _, expr in assignments}
         for compartment, _, new_size in list(assignments):
             for species in amounts_kept.get(compartment, ()):
-                if species in assigned:
-                    continue  # its new value is the concentration in the new size
-                expr = sympy.Symbol(species) * sympy.Symbol(compartment) / new_size
+                # its amount is kept: the value before the event, or the one the event gives
+                # (a concentration in the size before it, as SBML's test suite has it:
+                # cases 01779, 01780), over the new size
+                value = given.get(species, sympy.Symbol(species))
+                expr = value * sympy.Symbol(compartment) / new_size
                 where = f"{source}: event {eid}'s new concentration of {species}"
-                assignments.append((species, compile_expression(expr, where), expr))
+                kept = (species, compile_expression(expr, where), expr)
+                assignments = [a for a in assignments if a[0] != species] + [kept]
         # SBML level 2 triggers have no initial value: true (no firing at t0 if already true)
         fires_at_start = hasattr(trigger, "isSetInitialValue") and trigger.isSetInitialValue()
         fires_at_start = fires_at_start and not trigger.getInitialValue()
