@@ -378,6 +378,9 @@ def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_p
     t1 = np.log(4.0) / k
     t = np.asarray(ts)
     a = np.where(t < t1, 4.0, 24.0) * np.exp(-k * t)
+    # Tsit5 at rtol 1e-10 over a few dozen steps: values and the event times (roots of its
+    # dense output) to 1e-8; the tangents take the same steps without error control of their
+    # own: 1e-6
     np.testing.assert_allclose(ys[:, 0], a, rtol=1e-8)
     np.testing.assert_allclose(ys[:, 2], np.minimum(t, 1.8), rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(ys[:, 1], np.where(t < 1.8, 1.0, 0.0))
@@ -445,9 +448,13 @@ def test_a_problem_fits_through_an_event_triggered_by_the_state(tmp_path):
         observables={"A": ds.Observable(lambda t, y, p: y[0], sigma=0.1)},
         unknowns={"k": ds.Unknown(0.3, bounds=(0.01, 10.0), scale="log10")},
     )
+    # the data are the closed form: at k = 0.5 the residuals are the solves' error over σ
+    # (~1e-7 at most), whose squares are round-off beside 1e-7
     noise_alone = -ts.size * 0.5 * np.log(2 * np.pi * 0.1**2)
     assert problem.llh({"k": k}) == pytest.approx(noise_alone, abs=1e-7)
     fit = ds.fit(problem, starts=1, progress=False)
+    # the optimum is k = 0.5 up to the solves' error; 1e-6 leaves the optimiser's stopping
+    # tolerance room
     assert fit.params["k"] == pytest.approx(k, rel=1e-6)
 
 
