@@ -390,7 +390,7 @@ def test_events_triggered_by_the_state_fire_where_their_trigger_turns_true(tmp_p
     assert float(moved[0][0]) == pytest.approx(-np.log(4.0) / k**2, rel=1e-6)
     # events of one's own must come with the model's
     stop = ds.Event(lambda t, y: y[0] - 0.1, terminal=True)
-    with pytest.raises(ValueError, match=r"\(redose, stop\), and events= holds none of them"):
+    with pytest.raises(ValueError, match=r"\(redose, stop\), and events= does not hold them"):
         ds.simulate(model, y0, ts, solver=solver, events=stop)
     # a trigger true at the start fires there only where its initial value is false
     low = jnp.array([0.5, 1.0, 0.0])
@@ -456,6 +456,98 @@ def test_a_problem_fits_through_an_event_triggered_by_the_state(tmp_path):
     # the optimum is k = 0.5 up to the solves' error; 1e-6 leaves the optimiser's stopping
     # tolerance room
     assert fit.params["k"] == pytest.approx(k, rel=1e-6)
+
+
+_TIME = '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbols/time">t</csymbol>'
+
+
+def test_simulate_runs_time_triggered_events_at_their_times(tmp_path):
+    """A -> at rate k·A (c of size 1), A0 = 1, dosed by D = 2 when time >= td (td = 2, a
+    parameter), and an event at time >= 2 (another expression of the same time) that sets
+    B = 7 and halves k (a parameter, which the solve carries as a state): after td,
+    A = (e^(-k td) + D) e^(-k/2 (t - td)), so dA/dtd = e^(-k/2 (t - td)) (k/2 D - k/2 e^(-k td))
+    there (the event time's derivative). The dose makes A > 2 true, which fires an event
+    triggered by the state at that instant (hit = 1). An output at td itself reports the
+    state after the events (SBML's rule, as a ds.Problem's changes)."""
+    k, dose, td = 0.5, 2.0, 2.0
+    halve = "<apply><divide/><ci>k</ci><cn>2</cn></apply>"
+    events = (
+        _event(
+            "dose",
+            f"<apply><geq/>{_TIME}<ci>td</ci></apply>",
+            {"A": "<apply><plus/><ci>A</ci><ci>D</ci></apply>"},
+        )
+        + _event("same", f"<apply><geq/>{_TIME}<cn>2</cn></apply>", {"B": "<cn>7</cn>", "k": halve})
+        + _event("hit", "<apply><gt/><ci>A</ci><cn>2</cn></apply>", {"h": "<cn>1</cn>"})
+    )
+    body = (
+        f"<listOfCompartments>{_compartment(size=1.0)}</listOfCompartments>"
+        f"<listOfSpecies>{_species('A', 1.0)}{_species('B', 0.0)}</listOfSpecies>"
+        f'<listOfParameters><parameter id="k" value="{k}" constant="false"/>'
+        f'<parameter id="D" value="{dose}" constant="true"/>'
+        f'<parameter id="td" value="{td}" constant="true"/>'
+        '<parameter id="h" value="0" constant="false"/></listOfParameters>'
+        + _decay()
+        + f"<listOfEvents>{events}</listOfEvents>"
+    )
+    model = ds.sbml.load(_write(tmp_path, body))
+    assert model.timed_events == ("dose", "same") and model.triggered_events == ("hit",)
+    assert model.state_names == ("A", "B", "h") and model.moved_by_time_events == ("k",)
+    y0 = model.initial_state()
+    ts = jnp.linspace(0.0, 4.0, 9)  # 2.0 among them
+    solver = ds.Tsit5(rtol=1e-10, atol=1e-12)
+
+    def solve(td):
+        moved = eqx.tree_at(lambda m: m.params["td"], model, td)
+        return ds.simulate(moved, y0, ts, solver=solver).ys
+
+    ys, slope = jax.jvp(solve, (jnp.asarray(td),), (1.0,))
+    t = np.asarray(ts)
+    after = t >= td
+    at_td = np.exp(-k * td) + dose
+    a = np.where(after, at_td * np.exp(-k / 2 * (t - td)), np.exp(-k * t))
+    # Tsit5 at rtol 1e-10: values to 1e-8 (as the test of state events above); the tangents
+    # take the same steps without error control of their own: 1e-6
+    np.testing.assert_allclose(ys[:, 0], a, rtol=1e-8)
+    np.testing.assert_allclose(ys[:, 1:], np.where(after, 1.0, 0.0)[:, None] * [7.0, 1.0])
+    later = t > td  # at td itself the output sits on the moving jump
+    decay = np.exp(-k / 2 * (t[later] - td))
+    expected = decay * (k / 2 * dose - k / 2 * np.exp(-k * td))
+    np.testing.assert_allclose(slope[later, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(slope[~after, 0], 0.0, atol=1e-12)
+    # from t0 = 3, after both times: the events never fire (initial value true, SBML's
+    # rule); with initialValue false they fire at t0, and the jump fires `hit` there
+    late = jnp.linspace(3.0, 4.0, 3)
+    np.testing.assert_allclose(ds.simulate(model, y0, late, solver=solver).ys[0], y0)
+    eager = body.replace('initialValue="true"', 'initialValue="false"', 2)
+    eager = ds.sbml.load(_write(tmp_path, eager, "eager.xml"))
+    early = ds.simulate(eager, y0, late, solver=solver).ys
+    np.testing.assert_allclose(early[:, 1:], [[7.0, 1.0]] * 3)
+    np.testing.assert_allclose(early[:, 0], 3.0 * np.exp(-k / 2 * (late - 3.0)), rtol=1e-8)
+    # events of one's own come with the model's (a model whose events set no parameter)
+    kept = ds.sbml.load(
+        _write(
+            tmp_path,
+            body.replace(
+                f'<eventAssignment variable="k">{_MATH.format(halve)}</eventAssignment>', ""
+            ),
+            "kept.xml",
+        )
+    )
+    assert kept.moved_by_time_events == ()
+    stop = ds.Event(lambda t, y: y[0] - 0.1, terminal=True)
+    with pytest.raises(ValueError, match=r"\(dose, same, hit\), and events= does not hold them"):
+        ds.simulate(kept, y0, ts, solver=solver, events=stop)
+    alone = ds.simulate(kept, y0, ts, solver=solver)
+    mine = ds.simulate(kept, y0, ts, solver=solver, events=(*kept.events(0.0), stop))
+    np.testing.assert_allclose(mine.ys, alone.ys)
+    with pytest.raises(ValueError, match=r"set parameters \(k\).*events of your own"):
+        ds.simulate(model, y0, ts, solver=solver, events=stop)
+    # a ds.Problem takes them as its experiments' changes
+    data = {"time": ts, "observable": ["A"] * ts.size, "value": a}
+    observables = {"A": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
+    with pytest.raises(ValueError, match=r"time-triggered events \(dose, same\).*changes"):
+        ds.Problem(model, [ds.Experiment(data, y0=y0)], observables, {})
 
 
 SBML_SUITE = Path(__file__).resolve().parent / "data" / "sbml-test-suite"

@@ -285,6 +285,14 @@ class Problem:
         from .._validate import check_static_count
 
         check_model("model", model)
+        timed = getattr(model, "timed_events", ())
+        if timed:  # each experiment's solve would start at its own t0, and changes cut it
+            raise ValueError(
+                f"{type(model).__name__} has time-triggered events ({', '.join(timed)}): in a "
+                "ds.Problem they are each experiment's changes at given times, so give "
+                "model.without_events() as the model and ds.Experiment(changes="
+                "model.changes(), ...) (ds.petab.load does this)"
+            )
         self.model = model
         self.model_parameters = model_parameters(model)
         if not isinstance(observables, Mapping) or not observables:

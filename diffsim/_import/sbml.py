@@ -20,10 +20,12 @@ What is read:
   input) also reads a flag that `model.changes()` sets, so that the solver stops there and
   each side is integrated with its own vector field (`_on_flags`);
 - time-triggered events (`time >= c`, c from the parameters) with assignments to species,
-  compartments and parameters: `model.changes()` gives them as
+  compartments and parameters: `ds.simulate` runs them itself (`model.time_events`, as
+  `ds.Event`s at t = c; the parameters they set carried through the solve as states,
+  `model.with_states`); in a `ds.Problem`, `model.changes()` gives them as
   `ds.Experiment(changes=...)`, so the solver stops at each and the state jumps exactly
   (`ds.petab.load` does this per experiment, an event at a period's start acting after its
-  conditions); `ds.simulate` of such a model alone is refused (it would miss them);
+  conditions);
 - events triggered by the state (a comparison of two values of the state, parameters and
   time) with assignments to species, compartments and parameters (which become states of
   rate 0): `ds.simulate` and `ds.Problem` run them (`model.state_events()`, as
@@ -43,10 +45,12 @@ import dataclasses
 import math
 import numbers
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from .._events import Event
@@ -98,6 +102,11 @@ class _Structure:
     choices: tuple = ()
 
 
+# the structures of `SBMLModel.with_states`, by structure and the names made states: made
+# once, since a structure is static, hashed by identity (a new one would compile a new solve)
+_LIFTED: "weakref.WeakKeyDictionary[_Structure, dict]" = weakref.WeakKeyDictionary()
+
+
 # how many times each event triggered by the state may fire in one solve (`state_events`):
 # a static size of the records the solve keeps
 EVENT_LIMIT = 64
@@ -110,6 +119,11 @@ EVENT_LIMIT = 64
 # later call reuses the jaxpr (transformed where differentiated or batched): Zheng's
 # log-likelihood traced in 1.9 s instead of 4.0 s, compiled in 9.0 s instead of 11.1 s.
 @eqx.filter_jit
+def _at_rest(env):
+    """The rate of a parameter carried as a state (`SBMLModel.with_states`)."""
+    return 0.0
+
+
 def _vector_field(model, t, y):
     env = model.environment(t, y, model.params)
     dtype = jnp.result_type(y)
@@ -214,8 +228,8 @@ class SBMLModel(AbstractODE):
     def state_events(self, max_events: int = EVENT_LIMIT) -> tuple:
         """The file's events triggered by the state, as `ds.Event`s (events of one trigger
         as one): `ds.simulate` of the model uses them when given no events (and fires at
-        the start those SBML fires there, `fire_on_jump`); with events of your own, pass
-        `events=(*model.state_events(), *yours)`; `ds.Problem` passes them itself. Each
+        the start those SBML fires there, `fire_at_start`); with events of your own, pass
+        `events=(*model.events(t0), *yours)`; `ds.Problem` passes them itself. Each
         fires where its trigger turns true (lhs − rhs of `lhs >= rhs` crossing zero rising,
         as the solver locates it on its dense output) and restarts from the state its
         assignments give, all evaluated at the state just before. Each may fire
@@ -228,21 +242,125 @@ class SBMLModel(AbstractODE):
             for k in range(len(self.structure.state_events))
         )
 
-    def fire_on_jump(self, t, y_before, y_after, before: "SBMLModel | None" = None):
+    @property
+    def moved_by_time_events(self) -> tuple[str, ...]:
+        """The parameters the file's time-triggered events set: `ds.simulate` carries them
+        as states of rate 0 through its solve (`with_states`), a `ds.Problem` as its
+        experiments' changes (`changes`)."""
+        states = self.structure.states
+        names = (v for e in self.structure.events for v, _, _ in e[3] if v not in states)
+        return tuple(dict.fromkeys(names))
+
+    def with_states(self, names: tuple[str, ...]) -> "SBMLModel":
+        """The model with the parameters `names` as states of rate 0 after its own (their
+        values in the state vector, no longer in `params`)."""
+        names = tuple(names)
+        timing = sorted({e[0] for e in self.structure.events if e[4] & set(names)})
+        if timing:
+            raise ValueError(
+                f"the times of events {', '.join(timing)} read parameters that events set "
+                f"({', '.join(names)}): a solve cannot place them in advance"
+            )
+        made = _LIFTED.setdefault(self.structure, {})
+        structure = made.get(names)
+        if structure is None:
+            structure = dataclasses.replace(
+                self.structure,
+                states=self.structure.states + names,
+                rates=self.structure.rates + tuple(_at_rest for _ in names),
+            )
+            made[names] = structure
+        copied = copy.copy(self)  # of any subclass (a hybrid model keeps its networks)
+        object.__setattr__(copied, "structure", structure)
+        object.__setattr__(
+            copied, "params", {k: v for k, v in self.params.items() if k not in names}
+        )
+        return copied
+
+    def time_events(self, t0=0.0) -> tuple:
+        """The file's time-triggered events as `ds.Event`s, for a solve from `t0` (what
+        `ds.simulate` of the model uses when given no events, with `fire_at_start`): each
+        fires where the time reaches its c (t − c crossing zero rising; the event time's
+        derivative in c is exact) and restarts from the state its assignments give, evaluated
+        at the state just before; events whose c is equal fire together. An event whose c is
+        at or before `t0` never fires in the solve (`fire_at_start` applies it at `t0` where
+        SBML fires it). Events that set a parameter are refused (a solve changes only the
+        state): run those as a `ds.Problem`'s changes (`changes`)."""
+        fixed = [
+            f"{event[0]} sets {variable}"
+            for event in self.structure.events
+            for variable, _, _ in event[3]
+            if variable not in self.structure.states
+        ]
+        if fixed:
+            raise ValueError(
+                f"{type(self).__name__} has time-triggered events that set parameters "
+                f"({', '.join(fixed)}), which a solve of its state cannot change: use "
+                "model.with_states(model.moved_by_time_events) (as ds.simulate does), or "
+                "model.without_events() in a ds.Problem with ds.Experiment(changes="
+                "model.changes())"
+            )
+        if not self.structure.events:
+            return ()
+        t0 = jnp.asarray(t0, self.event_times().dtype)
+        return tuple(
+            Event(_TimeTrigger(self, k, t0), direction=1, reset=_TimeFire(self, k), max_events=1)
+            for k in range(len(self.structure.events))
+        )
+
+    def events(self, t0=0.0) -> tuple:
+        """Every event of the file as `ds.Event`s for a solve from `t0`: `time_events(t0)`,
+        then `state_events()`. With events of your own, pass `events=(*model.events(t0),
+        *yours)` to `ds.simulate`."""
+        return (*self.time_events(t0), *self.state_events())
+
+    def event_times(self):
+        """The trigger time c of each time-triggered event (`timed_events`' order), from the
+        model's parameters: an array (events,)."""
+        env = self.chosen(dict(self.params))
+        dtype = jnp.result_type(*self.params.values(), float)
+        return jnp.stack([jnp.asarray(event[1](env), dtype) for event in self.structure.events])
+
+    def fire_at_start(self, t0, y0):
+        """The state at `t0` after the events SBML fires there: the time-triggered ones whose
+        time c is before `t0` (or at it, for `time >= c`) with `initialValue="false"`, and
+        those with `time > c` at c = t0, all evaluated at `y0`; then the events triggered by
+        the state whose trigger is true there with `initialValue="false"` (`fire_on_jump`)."""
+        t0 = jnp.asarray(t0, jnp.result_type(y0))
+        y = y0
+        if self.structure.events:
+            env = self.environment(t0, y0, self.params)
+            times = self.event_times()
+            for k, (_, _, fires_at_start, assignments, _, strict) in enumerate(
+                self.structure.events
+            ):
+                c = times[k]
+                early = (c < t0) | ((c == t0) & (not strict))
+                due = jnp.where(early, fires_at_start, c == t0)
+                for variable, compiled, _ in assignments:
+                    i = self.structure.states.index(variable)
+                    value = jnp.asarray(compiled(env), y.dtype)
+                    y = y.at[i].set(jnp.where(due, value, y[i]))
+        return self.fire_on_jump(t0, y0, y, start=True)
+
+    def fire_on_jump(
+        self, t, y_before, y_after, before: "SBMLModel | None" = None, start: bool = False
+    ):
         """The state at `t` after a jump from `y_before` (under the parameters of `before`,
         default this model's) to `y_after` (under this model's): each event triggered by the
         state whose trigger is false before and true after fires, in the file's order, its
-        assignments evaluated at the state it then has. `y_before=None`: the jump is the
-        start, where a trigger counts as false before if its initial value is false (SBML's
-        `initialValue`), else as its value at `y_after`."""
+        assignments evaluated at the state it then has. `start`: the jump is at the start
+        (from the initial state `y_before`: events that fire there), where a trigger counts
+        as false before if its initial value is false (SBML's `initialValue`).
+        `y_before=None`: the start, with nothing before it (`y_before` = `y_after`)."""
+        if y_before is None:
+            y_before, start = y_after, True
         before = self if before is None else before
         t = jnp.asarray(t, jnp.result_type(y_after))
         y = y_after
         for k, (_, distance, fires_at_start, _) in enumerate(self.structure.state_events):
-            if y_before is None and not fires_at_start:
-                continue  # true at the start counts as true before it: nothing turns true
             now = distance(self.environment(t, y, self.params)) >= 0
-            if y_before is None:
+            if start and fires_at_start:
                 was = jnp.zeros((), bool)
             else:
                 was = distance(before.environment(t, y_before, before.params)) >= 0
@@ -410,6 +528,59 @@ class _Fire(eqx.Module):
             value = jnp.asarray(compiled(env), y.dtype)
             new = new.at[structure.states.index(variable)].set(value)
         return new
+
+
+class _TimeTrigger(eqx.Module):
+    """The `k`-th time-triggered event as a `ds.Event` condition for a solve from `t0`:
+    t − c, rising through zero at the event's time c; 1 throughout where c is at or before
+    `t0` (`SBMLModel.fire_at_start` decides those)."""
+
+    model: SBMLModel
+    k: int = eqx.field(static=True)
+    t0: Any
+
+    def __call__(self, t, y):
+        c = self.model.event_times()[self.k]
+        t = jnp.asarray(t, c.dtype)
+        return jnp.where(c <= self.t0, jnp.ones_like(t), t - c)
+
+    def outputs_after(self, ts, ys, fired, slack, reset):
+        """`ys` (outputs at `ts`) with those at the event's time c given after its reset
+        (SBML reports the state after an event at its time, as a `ds.Problem`'s change at a
+        given time does; a solve writes an output at the event's located time `fired` from
+        the step ending there, before the reset): outputs within `slack` (the times'
+        round-off) of c that were not written after the event fired."""
+        times = self.model.event_times()
+        c = times[self.k]
+        ts = ts.astype(c.dtype)
+        # the reset applies every event of this time: the first of them fixes the outputs
+        first = jnp.all(times[: self.k] != c)
+        at = first & (c > self.t0) & (jnp.abs(ts - c) <= slack) & ~(fired < ts)
+        return jnp.where(at[:, None], jax.vmap(reset)(ts, ys), ys)
+
+
+class _TimeFire(eqx.Module):
+    """The `k`-th time-triggered event as a `ds.Event` reset: its assignments and those of
+    every time-triggered event of the same time (a solve fires one of the events that cross
+    at one instant and moves the others past their zero), all evaluated at the state just
+    before."""
+
+    model: SBMLModel
+    k: int = eqx.field(static=True)
+
+    def __call__(self, t, y):
+        structure = self.model.structure
+        env = self.model.environment(t, y, self.model.params)
+        times = self.model.event_times()
+        new = y
+        for j, event in enumerate(structure.events):
+            same = True if j == self.k else times[j] == times[self.k]
+            for variable, compiled, _ in event[3]:
+                i = structure.states.index(variable)
+                new = new.at[i].set(jnp.where(same, jnp.asarray(compiled(env), y.dtype), new[i]))
+        # an event triggered by the state that the jump makes true fires now (the solver
+        # sees only crossings by the flow), as at a `ds.Problem`'s change
+        return self.model.fire_on_jump(t, y, new)
 
 
 class StateAssignment:

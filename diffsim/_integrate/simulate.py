@@ -1,5 +1,7 @@
 """`simulate`: model + solver + output times → `Solution`."""
 
+import dataclasses
+
 import diffrax
 import equinox as eqx
 import jax
@@ -9,7 +11,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .._closure import closes_over_tracer, lift_closure
 from .._custom_types import State, Times
-from .._events import as_events, evaluate, Event, RateCondition, Records
+from .._events import as_events, evaluate, Event, RateCondition, Records, round_off_time
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, DDE, ODE
 from .._results import RESULTS, SimulationError
 from .._solver.adaptive import unresolved_tolerance
@@ -26,7 +28,7 @@ from .._validate import (
     probe_indices,
     to_device,
 )
-from .common import cast_floats
+from .common import cast_floats, scale_of_times
 from .dae import check_consistent_start, check_mass_matrix
 from .delay import solve_dde
 from .dense import constant_piece, DenseOutput
@@ -227,6 +229,11 @@ def simulate(
     """
     check_model("model", model)
     check_solver("solver", solver)
+    moved = getattr(model, "moved_by_time_events", ())
+    if moved:
+        options = dict(solver=solver, dt=dt, steps_per_save=steps_per_save, max_steps=max_steps)
+        options.update(throw=throw, checkpoint=checkpoint, adjoint=adjoint, key=key)
+        return _moving_parameters(model, moved, y0, ts, events, dense, options)
     # The host copy of a concrete ts plans the fixed steps: under jit, jnp.asarray of a NumPy
     # array is already a traced value.
     host_ts = ts if is_traced(ts) else np.asarray(ts)
@@ -245,11 +252,8 @@ def simulate(
         _check_history(model, y0, t0)
         check_history_values(model, t0)
     once(_check_state, model, y0, t0)
-    if getattr(model, "triggered_events", ()):
-        if events is None:
-            y0, events = _with_own_events(model, t0, y0, host_ts)
-        else:
-            _check_own_events_given(model, events)
+    if _own_events(model):
+        y0, events = _with_own_events(model, t0, y0, host_ts, events)
     model = _lift_model(model, t0, y0)
 
     _check_noise(model, solver, key)
@@ -310,12 +314,56 @@ def simulate(
             event_count=event_count,
             reached=reached,
         )
+        solution = _outputs_after_timed_events(solution, event_list, times, dtype)
     solution = _with_dense(solution, pieces)
     if not throw:
         return solution
     resets = event_list is not None and any(e.reset is not None for e in event_list)
     problem = (original, original_t0, y0, resets, len(event_list or ()))
     return raise_if_failed(solution, max_steps, solver, dtype, problem)
+
+
+def _moving_parameters(model, moved, y0, ts, events, dense, options) -> Solution:
+    """The solve of a model whose time-triggered events set parameters (`moved`, an SBML
+    model's): those parameters carried through it as states of rate 0 after the model's own
+    (a solve changes only its state), and left out of the solution again."""
+    if events is not None:
+        raise ValueError(
+            f"{type(model).__name__}'s time-triggered events set parameters "
+            f"({', '.join(moved)}), which the solve carries as states: events of your own "
+            "cannot be added to such a model's (run it in a ds.Problem with "
+            "model.without_events() and ds.Experiment(changes=model.changes()))"
+        )
+    check_state_shape(model, as_state(y0))
+    y0 = jnp.asarray(y0)
+    dtype = real_dtype(y0)
+    carried = jnp.stack([jnp.asarray(model.params[name], dtype) for name in moved])
+    lifted = model.with_states(moved)
+    solution = simulate(lifted, jnp.concatenate([y0, carried]), ts, dense=dense, **options)
+    n = y0.shape[0]
+    cut = lambda tree: jax.tree.map(lambda a: a[..., :n], tree)  # noqa: E731
+    dense_output = solution.dense
+    if dense_output is not None:
+        dense_output = dataclasses.replace(dense_output, coeffs=cut(dense_output.coeffs))
+    return dataclasses.replace(
+        solution,
+        ys=cut(solution.ys),
+        event_state=None if solution.event_state is None else cut(solution.event_state),
+        dense=dense_output,
+    )
+
+
+def _outputs_after_timed_events(solution, event_list, times, dtype):
+    """The solution with its outputs at the time of an event whose condition says it fires
+    at a given time (an SBML model's time-triggered events, `outputs_after`) given after
+    that event, as SBML and a `ds.Problem`'s changes report them."""
+    ys = solution.ys
+    slack = round_off_time(dtype, scale_of_times(times))
+    for i, event in enumerate(event_list):
+        if hasattr(event.condition, "outputs_after"):
+            fired = jnp.ravel(solution.event_time[i])[0]
+            ys = event.condition.outputs_after(times, ys, fired, slack, event.reset)
+    return eqx.tree_at(lambda s: s.ys, solution, ys) if ys is not solution.ys else solution
 
 
 def _check_history(model, y0, t0) -> None:
@@ -516,46 +564,50 @@ def check_state_shape(model, y0) -> None:
         )
 
 
-def _with_own_events(model, t0, y0, host_ts):
-    """(the start, the events) of a solve of a model whose file has events triggered by the
-    state, given no events: those events (`SBMLModel.state_events`), and the ones that fire
-    at the start applied."""
+def _own_events(model) -> tuple[str, ...]:
+    """The ids of the events a model's file defines (an SBML model's): what its vector field
+    alone would miss."""
+    return (*getattr(model, "timed_events", ()), *getattr(model, "triggered_events", ()))
+
+
+def _with_own_events(model, t0, y0, host_ts, events):
+    """(the start, the events) of a solve of a model whose file has events: the start after
+    the events that fire at t0 (`fire_at_start`), and the model's events (`model.events`)
+    where `events` is None, else `events`, which must hold them."""
+    own = _own_events(model)
     if not is_traced(host_ts) and runs_backward(host_ts):
         raise ValueError(
-            f"{type(model).__name__} has events triggered by the state "
-            f"({', '.join(model.triggered_events)}), which a solve backward in time does not "
-            "run: solve it forward"
+            f"{type(model).__name__} has events ({', '.join(own)}), which a solve backward "
+            "in time does not run: solve it forward"
         )
-    return _fired_at_start(model, t0, y0), model.state_events()
+    if events is None:
+        events = model.events(t0)
+    else:
+        _check_own_events_given(model, events, model.events(t0), own)
+    return _fired_at_start(model, t0, y0), events
 
 
-def _check_own_events_given(model, events) -> None:
-    """Events given for a model whose file has events triggered by the state must hold
-    those (the vector field alone would miss them)."""
-    own = type(model.state_events()[0].condition)
-    if not any(isinstance(event.condition, own) for event in as_events(events)):
+def _check_own_events_given(model, events, expected, own) -> None:
+    """Events given for a model whose file has events must hold those (the vector field
+    alone would miss them)."""
+    kinds = lambda found: sorted(type(e.condition).__name__ for e in found)  # noqa: E731
+    given = [
+        e for e in as_events(events) if type(e.condition) in {type(x.condition) for x in expected}
+    ]
+    if kinds(given) != kinds(expected):
         raise ValueError(
-            f"{type(model).__name__} has events triggered by the state "
-            f"({', '.join(model.triggered_events)}), and events= holds none of them: pass "
-            "events=(*model.state_events(), *yours), or no events to run the model's own"
+            f"{type(model).__name__} has events ({', '.join(own)}), and events= does not hold "
+            "them: pass events=(*model.events(t0), *yours), or no events to run the model's own"
         )
 
 
 @eqx.filter_jit
 def _fired_at_start(model, t0, y0):
-    return model.fire_on_jump(t0, None, y0)
+    return model.fire_at_start(t0, y0)
 
 
 def _check_state(model, y0, t0) -> None:
     name = type(model).__name__
-    timed = getattr(model, "timed_events", ())
-    if timed:  # an SBML model's events: the vector field alone would miss them
-        raise ValueError(
-            f"{name} has time-triggered events ({', '.join(timed)}) that a simulation of its "
-            "vector field would miss: simulate it in a ds.Problem, with "
-            "model.without_events() as the model and ds.Experiment(changes=model.changes()) "
-            "(ds.petab.load does this)"
-        )
     check_state_shape(model, y0)
     try:
         # a Python number returned (a constant rate) counts as a 0-d array of the state's dtype

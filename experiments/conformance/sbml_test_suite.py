@@ -5,13 +5,13 @@ github.com/sbmlteam/sbml-test-suite. Each case is loaded (its highest-level file
 from `model.initial_state()` over the case's times with `ds.Rodas5P(rtol=1e-10, atol=1e-12)`,
 and every listed variable compared with the case's criterion |expected − value| ≤ absolute +
 relative·|expected| (species reported as the amounts or concentrations the case asks for). A
-model with time-triggered events runs as a `ds.Problem` with `model.changes()`, as
-`ds.petab.load` runs one; any other through `ds.simulate`, which runs events triggered by the
-state itself. Outcomes: pass, fail (the variables out of tolerance), refused (diffsim's message:
+model runs through `ds.simulate`, which runs its events itself (with `--by-problem`, one with
+time-triggered events runs as a `ds.Problem` with `model.changes()`, as `ds.petab.load` runs
+one). Outcomes: pass, fail (the variables out of tolerance), refused (diffsim's message:
 what it does not read), error (anything else: a defect).
 
 Run: `python experiments/conformance/sbml_test_suite.py CASES_DIR [case ...] [--out FILE.json]`
-(`--events`: only the cases with events without delays).
+(`--events`: only the cases with events without delays; `--by-problem`: above).
 """
 
 import argparse
@@ -57,7 +57,7 @@ def _reported(document, model, name: str, amounts: set):
     return value
 
 
-def run_case(folder: Path) -> tuple[str, str]:
+def run_case(folder: Path, by_problem: bool = False) -> tuple[str, str]:
     case = folder.name
     xml = sorted(folder.glob(f"{case}-sbml-l*.xml"))[-1]
     try:
@@ -71,12 +71,17 @@ def run_case(folder: Path) -> tuple[str, str]:
     document = libsbml.readSBMLFromFile(str(xml))
     expected = np.genfromtxt(folder / f"{case}-results.csv", delimiter=",", names=True)
     try:
-        if model.timed_events:
+        if model.timed_events and by_problem:
             values = _by_problem(model, document, names, amounts, ts, start)
         else:
+            y0 = model.initial_state()
+            if model.moved_by_time_events:  # the parameters events set, reported as states
+                moved = model.moved_by_time_events
+                y0 = np.concatenate([y0, [model.params[n] for n in moved]])
+                model = model.with_states(moved)
             solution = ds.simulate(
                 model,
-                model.initial_state(),
+                y0,
                 ts,
                 solver=ds.Rodas5P(rtol=1e-10, atol=1e-12),
                 throw=False,
@@ -136,6 +141,7 @@ def main(argv=None) -> None:
     parser.add_argument("cases_dir", type=Path)
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--events", action="store_true")
+    parser.add_argument("--by-problem", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     results = {}
@@ -148,7 +154,7 @@ def main(argv=None) -> None:
             continue
         if args.events and "EventNoDelay" not in tags:
             continue
-        results[folder.name] = run_case(folder)
+        results[folder.name] = run_case(folder, args.by_problem)
         print(folder.name, *results[folder.name], flush=True)
     print(dict(collections.Counter(outcome for outcome, _ in results.values())))
     if args.out:
