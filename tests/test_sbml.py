@@ -543,11 +543,26 @@ def test_simulate_runs_time_triggered_events_at_their_times(tmp_path):
     np.testing.assert_allclose(mine.ys, alone.ys)
     with pytest.raises(ValueError, match=r"set parameters \(k\).*events of your own"):
         ds.simulate(model, y0, ts, solver=solver, events=stop)
-    # a ds.Problem takes them as its experiments' changes
-    data = {"time": ts, "observable": ["A"] * ts.size, "value": a}
+    # as the message says: the model with k as a state, and its value appended to y0
+    lifted = model.with_states(model.moved_by_time_events)
+    assert lifted.state_names == ("A", "B", "h", "k") and "k" not in lifted.params
+    start = jnp.append(y0, model.params["k"])
+    own = ds.simulate(lifted, start, ts, solver=solver, events=(*lifted.events(0.0), stop))
+    np.testing.assert_allclose(own.ys[:, :3], ys, rtol=1e-12)
+    np.testing.assert_allclose(own.ys[:, 3], np.where(after, k / 2, k))
+    # a ds.Problem takes them as its experiments' changes at given times (`model.changes`):
+    # at the true k its log-likelihood is the noise terms alone (the data are the closed form
+    # without the halving of k, which as a change must be a number or a parameter)
+    a_kept = np.exp(-k * t) + np.where(after, dose * np.exp(-k * (t - td)), 0.0)
+    data = {"time": ts, "observable": ["A"] * ts.size, "value": a_kept}
     observables = {"A": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
-    with pytest.raises(ValueError, match=r"time-triggered events \(dose, same\).*changes"):
-        ds.Problem(model, [ds.Experiment(data, y0=y0)], observables, {})
+    unknowns = {"k": ds.Unknown(0.3, bounds=(0.01, 10.0), scale="log10")}
+    study = ds.Problem(kept, [ds.Experiment(data, y0=y0)], observables, unknowns)
+    assert study.model.timed_events == () and [c.time for c in study.changes[0]] == [2.0]
+    noise_alone = -ts.size * 0.5 * np.log(2 * np.pi * 0.1**2)
+    assert study.llh({"k": k}) == pytest.approx(noise_alone, abs=1e-7)
+    with pytest.raises(ds.sbml.SBMLError, match=r"event same sets parameter k to 0.5\*k"):
+        ds.Problem(model, [ds.Experiment(data, y0=y0)], observables, unknowns)
 
 
 SBML_SUITE = Path(__file__).resolve().parent / "data" / "sbml-test-suite"

@@ -285,16 +285,6 @@ class Problem:
         from .._validate import check_static_count
 
         check_model("model", model)
-        timed = getattr(model, "timed_events", ())
-        if timed:  # each experiment's solve would start at its own t0, and changes cut it
-            raise ValueError(
-                f"{type(model).__name__} has time-triggered events ({', '.join(timed)}): in a "
-                "ds.Problem they are each experiment's changes at given times, so give "
-                "model.without_events() as the model and ds.Experiment(changes="
-                "model.changes(), ...) (ds.petab.load does this)"
-            )
-        self.model = model
-        self.model_parameters = model_parameters(model)
         if not isinstance(observables, Mapping) or not observables:
             raise ValueError(
                 "observables must be a non-empty dict name -> ds.Observable(fn, noise=, sigma=)"
@@ -319,6 +309,12 @@ class Problem:
         named = [e.name or f"experiment {i}" for i, e in enumerate(experiments)]
         if len(set(named)) != len(named):
             raise ValueError(f"experiment names must differ, got {named}")
+        if getattr(model, "timed_events", ()):
+            # an SBML model's time-triggered events: each experiment's changes at the times
+            # its settings give (each solve starts at its own t0, and changes cut it)
+            model, experiments = model.with_events_as_changes(experiments, self.unknowns)
+        self.model = model
+        self.model_parameters = model_parameters(model)
         self.experiment_names = tuple(named)
         self.experiments = tuple(experiments)
         if solver is None:

@@ -51,7 +51,7 @@ from .expressions import compile_expression, ExpressionError, parse_formula
 from .petab_sciml import is_sciml, read as read_sciml
 from .petab_tables import PetabError, read_table, read_tables
 from .petab_v2 import read as read_v2
-from .sbml import AfterChanges, load as load_sbml, SBMLModel, StateAssignment
+from .sbml import load as load_sbml, SBMLModel
 
 _SET = "set:"  # the parameter that says whether a condition sets a species' initial value
 _NOISE = {
@@ -150,31 +150,6 @@ def simulations(problem: Problem, params: Mapping | None = None):
     order = np.asarray(source["measurement_order"])
     table["simulation"] = np.where(order >= 0, predicted[np.maximum(order, 0)], np.nan)
     return table
-
-
-def _merged(first, second, model, where: str):
-    """Two lists of changes at given times as one, `second`'s (the model's events) acting
-    after `first`'s (the experiment's conditions) where their times are equal, as PEtab v2
-    orders them: an assignment of `second` is evaluated at the state and parameters `first`
-    leaves there (`AfterChanges`), and sets its target last."""
-    merged: dict = {}
-    for time, assignments in first or []:
-        at = merged.setdefault(float(time), {})
-        for target, value in assignments.items():
-            if target in at:
-                raise PetabError(f"{where}: {target} is set twice at t = {time:g}")
-            at[target] = value
-    before = {time: dict(at) for time, at in merged.items()}
-    for time, assignments in second or []:
-        earlier = before.get(float(time), {})
-        at = merged.setdefault(float(time), {})
-        for target, value in assignments.items():
-            if earlier and isinstance(value, StateAssignment):
-                value = AfterChanges(model, earlier, value)
-            elif isinstance(value, str) and value in earlier:
-                value = earlier[value]  # a parameter the conditions set just now
-            at[target] = value
-    return sorted(merged.items()) or None
 
 
 def _states_by_index(changes, states: tuple):
@@ -404,29 +379,9 @@ class _Builder:
         if model.timed_events or model.time_switches:
             # the model's events and switches on time as each experiment's changes, at the
             # times its settings give
-            fixed = {n: u.value for n, u in unknowns.items() if not u.estimate}
-            estimated = {n: n for n, u in unknowns.items() if u.estimate}
-            experiments = [
-                dataclasses.replace(
-                    e,
-                    changes=_merged(
-                        e.changes,
-                        model.changes(
-                            {
-                                **fixed,
-                                **estimated,
-                                **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
-                            },
-                            t0=e.t0,
-                            varying={n for _, a in (e.changes or []) for n in a},
-                        ),
-                        model,
-                        f"{self.path}: {e.name}",
-                    ),
-                )
-                for e in experiments
-            ]
-            model = model.without_events()
+            model, experiments = model.with_events_as_changes(
+                experiments, unknowns, lambda e: f"{self.path}: {e.name}"
+            )
         experiments = [
             dataclasses.replace(e, changes=_states_by_index(e.changes, model.state_names))
             for e in experiments

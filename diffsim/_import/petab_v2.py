@@ -22,7 +22,7 @@ What v2 changes, and how it is read:
   leaves the state as it is, the concentrations of the species in it included, as v2
   prescribes; a compartment the SBML model's events resize is a state, set as species
   are). Conditions of one period are merged, and the model's events at a period's start act
-  after them (`petab._merged`);
+  after them (`SBMLModel.with_events_as_changes`);
 - a condition's value that is a formula of the parameters (a parameter, a compartment, or a
   species at the start): the model numbers the formulas each id is set to
   (`SBMLModel.with_choices`) and the condition sets the parameter `choose:<id>` to the

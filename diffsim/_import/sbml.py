@@ -22,10 +22,10 @@ What is read:
 - time-triggered events (`time >= c`, c from the parameters) with assignments to species,
   compartments and parameters: `ds.simulate` runs them itself (`model.time_events`, as
   `ds.Event`s at t = c; the parameters they set carried through the solve as states,
-  `model.with_states`); in a `ds.Problem`, `model.changes()` gives them as
-  `ds.Experiment(changes=...)`, so the solver stops at each and the state jumps exactly
-  (`ds.petab.load` does this per experiment, an event at a period's start acting after its
-  conditions);
+  `model.with_states`); a `ds.Problem` makes them each experiment's changes at given
+  times (`model.with_events_as_changes`, from `model.changes()`), so the solver stops at
+  each and the state jumps exactly (`ds.petab.load` likewise, an event at a period's start
+  acting after its conditions);
 - events triggered by the state (a comparison of two values of the state, parameters and
   time) with assignments to species, compartments and parameters (which become states of
   rate 0): `ds.simulate` and `ds.Problem` run them (`model.state_events()`, as
@@ -297,8 +297,7 @@ class SBMLModel(AbstractODE):
                 f"{type(self).__name__} has time-triggered events that set parameters "
                 f"({', '.join(fixed)}), which a solve of its state cannot change: use "
                 "model.with_states(model.moved_by_time_events) (as ds.simulate does), or "
-                "model.without_events() in a ds.Problem with ds.Experiment(changes="
-                "model.changes())"
+                "the model in a ds.Problem (its experiments' changes at given times)"
             )
         if not self.structure.events:
             return ()
@@ -449,6 +448,31 @@ class SBMLModel(AbstractODE):
                 merged.setdefault(time, {})[flag] = 1.0
         return sorted((time, changes) for time, changes in merged.items() if changes)
 
+    def with_events_as_changes(self, experiments, unknowns, where=None):
+        """(the model without its events, `experiments` with the file's time-triggered events
+        and switches on time as their changes at given times): what a `ds.Problem` of the
+        model solves, each experiment's changes at the times its settings (`set`) and `t0`
+        give (`changes`); `unknowns` (dict name -> `ds.Unknown`): what is estimated (an
+        event time may not read it) or held. Where an experiment's own changes act at an
+        event's time, they act first and the event after them (PEtab v2's order): its
+        assignments read the state and parameters they leave. `where(experiment)`: the
+        place named in errors."""
+        fixed = {n: u.value for n, u in unknowns.items() if not u.estimate}
+        estimated = {n: n for n, u in unknowns.items() if u.estimate}
+        where = where or (lambda e: f"{self.structure.source}: experiment {e.name}")
+        merged = []
+        for e in experiments:
+            values = {
+                **fixed,
+                **estimated,
+                **{k: fixed.get(v, v) for k, v in (e.set or {}).items()},
+            }
+            varying = {n for _, a in (e.changes or []) for n in a}
+            events = self.changes(values, t0=e.t0, varying=varying)
+            changes = _merged_changes(e.changes, events, self, where(e))
+            merged.append(dataclasses.replace(e, changes=changes))
+        return self.without_events(), merged
+
     @property
     def time_switches(self) -> tuple[str, ...]:
         """The flags of the file's switches on time (a piecewise's `time >= c`), named
@@ -581,6 +605,31 @@ class _TimeFire(eqx.Module):
         # an event triggered by the state that the jump makes true fires now (the solver
         # sees only crossings by the flow), as at a `ds.Problem`'s change
         return self.model.fire_on_jump(t, y, new)
+
+
+def _merged_changes(first, second, model, where: str):
+    """Two lists of changes at given times as one, `second`'s (the model's events) acting
+    after `first`'s (the experiment's own) where their times are equal, as PEtab v2 orders
+    them: an assignment of `second` is evaluated at the state and parameters `first` leaves
+    there (`AfterChanges`), and sets its target last."""
+    merged: dict = {}
+    for time, assignments in first or []:
+        at = merged.setdefault(float(time), {})
+        for target, value in assignments.items():
+            if target in at:
+                raise SBMLError(f"{where}: {target} is set twice at t = {time:g}")
+            at[target] = value
+    before = {time: dict(at) for time, at in merged.items()}
+    for time, assignments in second or []:
+        earlier = before.get(float(time), {})
+        at = merged.setdefault(float(time), {})
+        for target, value in assignments.items():
+            if earlier and isinstance(value, StateAssignment):
+                value = AfterChanges(model, earlier, value)
+            elif isinstance(value, str) and value in earlier:
+                value = earlier[value]  # a parameter the experiment's changes set just now
+            at[target] = value
+    return sorted(merged.items()) or None
 
 
 class StateAssignment:

@@ -331,8 +331,9 @@ def _moving_parameters(model, moved, y0, ts, events, dense, options) -> Solution
         raise ValueError(
             f"{type(model).__name__}'s time-triggered events set parameters "
             f"({', '.join(moved)}), which the solve carries as states: events of your own "
-            "cannot be added to such a model's (run it in a ds.Problem with "
-            "model.without_events() and ds.Experiment(changes=model.changes()))"
+            "cannot be added to them here: simulate lifted = model.with_states(model."
+            "moved_by_time_events) from y0 with those parameters' values appended, with "
+            "events=(*lifted.events(t0), *yours)"
         )
     check_state_shape(model, as_state(y0))
     y0 = jnp.asarray(y0)

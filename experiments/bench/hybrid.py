@@ -119,14 +119,36 @@ def _losses(model: UDE, data):
     }
 
 
-def measure(weights: int, data, repeats: int) -> list[dict]:
-    width = _width(weights)
-    net = eqx.nn.MLP(2, 2, width, 2, activation=jax.nn.gelu, key=jax.random.key(0))
+def _network(weights: int):
+    """(the UDE, its network's arrays, the rest) for a network of about `weights` weights."""
+    net = eqx.nn.MLP(2, 2, _width(weights), 2, activation=jax.nn.gelu, key=jax.random.key(0))
     # small output weights: the learned term starts near zero, as in a UDE's training
     net = eqx.tree_at(lambda n: n.layers[-1].weight, net, net.layers[-1].weight * 0.01)
     model = UDE(jnp.asarray(1.3, jnp.float32), jnp.asarray(1.8, jnp.float32), net)
-    count = sum(x.size for x in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
-    params, static = eqx.partition(net, eqx.is_array)
+    return model, *eqx.partition(net, eqx.is_array)
+
+
+WARM_UP_WEIGHTS = 57  # above the 32 inputs where diffsim's default turns to its reverse pass
+
+
+def warm_up(data) -> None:
+    """The gradients the targets compare compiled once for a small network, so that what a
+    process pays once (the first trace of each library's solve and adjoint, JAX's own
+    caches) is charged to neither's compile time: measured first in a fresh process,
+    diffsim's default paid ~1 s of it (2026-12-07)."""
+    model, params, static = _network(WARM_UP_WEIGHTS)
+    losses = _losses(model, data)
+    # the two the targets compare (BacksolveAdjoint, measured after them, finds diffrax warm)
+    for name in ("diffsim default", "diffrax RecursiveCheckpointAdjoint"):
+        loss = losses[name]
+        grad = jax.jit(jax.grad(lambda p, loss=loss: loss(eqx.combine(p, static))))
+        compile_seconds(grad, params)
+
+
+def measure(weights: int, data, repeats: int) -> list[dict]:
+    model, params, static = _network(weights)
+    net = model.net
+    count = sum(x.size for x in jax.tree.leaves(params))
     rows, gradients = [], {}
     for name, loss in _losses(model, data).items():
         grad = jax.jit(jax.grad(lambda p, loss=loss: loss(eqx.combine(p, static))))
@@ -337,6 +359,11 @@ def main(argv=None):
     print(machine_line())
     print(f"UDE (Lotka–Volterra + MLP), Tsit5 rtol = atol = {RTOL:g}, float32, 31 outputs\n")
     data = _data()
+    warm_up(data)
+    print(
+        f"(diffsim's and diffrax's default gradients compiled once first for a {WARM_UP_WEIGHTS}-"
+        "weight network: the process's one-time costs are in no row)\n"
+    )
     table_rows = []
     for weights in sizes:
         rows = measure(weights, data, repeats)
