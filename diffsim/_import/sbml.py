@@ -112,6 +112,11 @@ _LIFTED: "weakref.WeakKeyDictionary[_Structure, dict]" = weakref.WeakKeyDictiona
 EVENT_LIMIT = 64
 
 
+def _at_rest(env):
+    """The rate of a parameter carried as a state (`SBMLModel.with_states`)."""
+    return 0.0
+
+
 # A solve traces its model's field many times (each stage of a Rosenbrock step, its Jacobian,
 # a steady state's event and Newton iteration: 30 times for Zheng's log-likelihood), and the
 # generated code of a large model binds its operations one by one (Zheng's 15 species: 0.14 s
@@ -119,11 +124,6 @@ EVENT_LIMIT = 64
 # later call reuses the jaxpr (transformed where differentiated or batched): Zheng's
 # log-likelihood traced in 1.9 s instead of 4.0 s, compiled in 9.0 s instead of 11.1 s.
 @eqx.filter_jit
-def _at_rest(env):
-    """The rate of a parameter carried as a state (`SBMLModel.with_states`)."""
-    return 0.0
-
-
 def _vector_field(model, t, y):
     env = model.environment(t, y, model.params)
     dtype = jnp.result_type(y)
@@ -229,7 +229,8 @@ class SBMLModel(AbstractODE):
         """The file's events triggered by the state, as `ds.Event`s (events of one trigger
         as one): `ds.simulate` of the model uses them when given no events (and fires at
         the start those SBML fires there, `fire_at_start`); with events of your own, pass
-        `events=(*model.events(t0), *yours)`; `ds.Problem` passes them itself. Each
+        `events=(*model.events(t0), *yours)` from `y0=model.fire_at_start(t0, y0)`;
+        `ds.Problem` passes them itself. Each
         fires where its trigger turns true (lhs − rhs of `lhs >= rhs` crossing zero rising,
         as the solver locates it on its dense output) and restarts from the state its
         assignments give, all evaluated at the state just before. Each may fire
@@ -285,7 +286,7 @@ class SBMLModel(AbstractODE):
         at the state just before; events whose c is equal fire together. An event whose c is
         at or before `t0` never fires in the solve (`fire_at_start` applies it at `t0` where
         SBML fires it). Events that set a parameter are refused (a solve changes only the
-        state): run those as a `ds.Problem`'s changes (`changes`)."""
+        state): take `with_states(moved_by_time_events)`'s, as `ds.simulate` does."""
         fixed = [
             f"{event[0]} sets {variable}"
             for event in self.structure.events
@@ -310,7 +311,8 @@ class SBMLModel(AbstractODE):
     def events(self, t0=0.0) -> tuple:
         """Every event of the file as `ds.Event`s for a solve from `t0`: `time_events(t0)`,
         then `state_events()`. With events of your own, pass `events=(*model.events(t0),
-        *yours)` to `ds.simulate`."""
+        *yours)` to `ds.simulate`, from `y0=model.fire_at_start(t0, y0)` (the events that
+        fire at t0; `ds.simulate` given no events does both itself)."""
         return (*self.time_events(t0), *self.state_events())
 
     def event_times(self):

@@ -572,9 +572,11 @@ def _own_events(model) -> tuple[str, ...]:
 
 
 def _with_own_events(model, t0, y0, host_ts, events):
-    """(the start, the events) of a solve of a model whose file has events: the start after
-    the events that fire at t0 (`fire_at_start`), and the model's events (`model.events`)
-    where `events` is None, else `events`, which must hold them."""
+    """(the start, the events) of a solve of a model whose file has events: given no
+    events, the start after the events that fire at t0 (`fire_at_start`) and the model's
+    events (`model.events`); else y0 as it is (the caller's start: a `ds.Problem`'s
+    segment after a change, which fires what the change makes true itself) and `events`,
+    which must hold the model's."""
     own = _own_events(model)
     if not is_traced(host_ts) and runs_backward(host_ts):
         raise ValueError(
@@ -582,10 +584,9 @@ def _with_own_events(model, t0, y0, host_ts, events):
             "in time does not run: solve it forward"
         )
     if events is None:
-        events = model.events(t0)
-    else:
-        _check_own_events_given(model, events, model.events(t0), own)
-    return _fired_at_start(model, t0, y0), events
+        return _fired_at_start(model, t0, y0), model.events(t0)
+    _check_own_events_given(model, events, model.events(t0), own)
+    return y0, events
 
 
 def _check_own_events_given(model, events, expected, own) -> None:
@@ -598,7 +599,8 @@ def _check_own_events_given(model, events, expected, own) -> None:
     if kinds(given) != kinds(expected):
         raise ValueError(
             f"{type(model).__name__} has events ({', '.join(own)}), and events= does not hold "
-            "them: pass events=(*model.events(t0), *yours), or no events to run the model's own"
+            "them: pass events=(*model.events(t0), *yours) (and y0=model.fire_at_start(t0, "
+            "y0) for the events that fire at t0), or no events to run the model's own"
         )
 
 
