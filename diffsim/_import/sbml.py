@@ -32,7 +32,9 @@ What is read:
   `ds.Event`s), and `model.fire_on_jump` fires those a jump makes true.
 
 What is not, refused when the file is loaded with the element's id: triggers of other
-forms (and, or, ==), events with delays or priorities, level-3 packages a file requires,
+forms (and, or, ==), events with delays, priorities of events triggered by the state or that
+are not constant numbers (time-triggered events of one instant act in their priorities'
+order, `SBMLModel.act_at_once`), level-3 packages a file requires,
 algebraic rules, fast reactions, variable stoichiometry, compartments that rules change,
 conversion factors, an id `time`; and any file libsbml's consistency checks find invalid.
 
@@ -42,6 +44,7 @@ size) are traced like any model's fields: `ds.Problem` estimates them by name.
 
 import copy
 import dataclasses
+import itertools
 import math
 import numbers
 import re
@@ -52,10 +55,11 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._events import Event
 from .._model import AbstractODE
-from .._validate import user_path
+from .._validate import is_traced, user_path
 from .._warn import warn
 from .expressions import (
     as_number,
@@ -88,8 +92,12 @@ class _Structure:
     expressions: dict  # id -> the SymPy expression of each rule and rate (for observables)
     # time-triggered events: (id, env -> trigger time, fires when true at t0, assignments
     # ((variable, env -> value, its SymPy expression), ...), the ids the time reads, whether
-    # the trigger is strict, time > c)
+    # the trigger is strict, time > c, its priority (a number, or None), whether its values
+    # are those at the trigger (SBML's useValuesFromTriggerTime))
     events: tuple = ()
+    # the order in which time-triggered events of one instant act: by priority, highest
+    # first, then those without one, each set in the file's order (SBML)
+    timed_order: tuple = ()
     # events triggered by the state, those of one trigger together: (their ids, env -> a
     # value that crosses zero rising where the trigger becomes true, fires when true at t0,
     # assignments as `events`' (to states only))
@@ -302,11 +310,28 @@ class SBMLModel(AbstractODE):
             )
         if not self.structure.events:
             return ()
-        t0 = jnp.asarray(t0, self.event_times().dtype)
+        times = self.event_times()
+        if not is_traced(times):
+            self._check_order(np.asarray(times))
+        t0 = jnp.asarray(t0, times.dtype)
         return tuple(
             Event(_TimeTrigger(self, k, t0), direction=1, reset=_TimeFire(self, k), max_events=1)
             for k in range(len(self.structure.events))
         )
+
+    def _check_order(self, times) -> None:
+        """Refuses two time-triggered events of one time (`times`, numbers) that assign one
+        variable in no order their priorities give (SBML leaves it open)."""
+        events = self.structure.events
+        for j, k in itertools.combinations(range(len(events)), 2):
+            shared = {v for v, _, _ in events[j][3]} & {v for v, _, _ in events[k][3]}
+            ordered = None not in (events[j][6], events[k][6]) and events[j][6] != events[k][6]
+            if times[j] == times[k] and shared and not ordered:
+                raise SBMLError(
+                    f"{self.structure.source}: events {events[j][0]} and {events[k][0]} both "
+                    f"assign {', '.join(sorted(shared))} at t = {times[j]:g}, in no order "
+                    "their priorities give"
+                )
 
     def events(self, t0=0.0) -> tuple:
         """Every event of the file as `ds.Event`s for a solve from `t0`: `time_events(t0)`,
@@ -330,19 +355,32 @@ class SBMLModel(AbstractODE):
         t0 = jnp.asarray(t0, jnp.result_type(y0))
         y = y0
         if self.structure.events:
-            env = self.environment(t0, y0, self.params)
             times = self.event_times()
-            for k, (_, _, fires_at_start, assignments, _, strict) in enumerate(
-                self.structure.events
-            ):
-                c = times[k]
+            due = []
+            for k, event in enumerate(self.structure.events):
+                c, fires_at_start, strict = times[k], event[2], event[5]
                 early = (c < t0) | ((c == t0) & (not strict))
-                due = jnp.where(early, fires_at_start, c == t0)
-                for variable, compiled, _ in assignments:
-                    i = self.structure.states.index(variable)
-                    value = jnp.asarray(compiled(env), y.dtype)
-                    y = y.at[i].set(jnp.where(due, value, y[i]))
+                due.append(jnp.where(early, fires_at_start, c == t0))
+            y = self.act_at_once(t0, y0, due)
         return self.fire_on_jump(t0, y0, y, start=True)
+
+    def act_at_once(self, t, y, acting):
+        """The state after the time-triggered events with `acting[k]` (a bool each, per
+        `timed_events`) act at one instant `t` from `y`: in `timed_order` (by priority),
+        each event's values taken at `y` (SBML's useValuesFromTriggerTime) or at the state
+        the events before it leave, a later event's value of a variable replacing an
+        earlier's."""
+        structure = self.structure
+        at_trigger = self.environment(t, y, self.params)
+        new = y
+        for k in structure.timed_order:
+            _, _, _, assignments, _, _, _, uses_trigger_values = structure.events[k]
+            env = at_trigger if uses_trigger_values else self.environment(t, new, self.params)
+            for variable, compiled, _ in assignments:
+                i = structure.states.index(variable)
+                value = jnp.asarray(compiled(env), y.dtype)
+                new = new.at[i].set(jnp.where(acting[k], value, new[i]))
+        return new
 
     def fire_on_jump(
         self, t, y_before, y_after, before: "SBMLModel | None" = None, start: bool = False
@@ -372,7 +410,8 @@ class SBMLModel(AbstractODE):
         """The same model without its events, to simulate with `changes()` applied by a
         `ds.Experiment`."""
         copied = copy.copy(self)  # of any subclass (a hybrid model keeps its networks)
-        object.__setattr__(copied, "structure", dataclasses.replace(self.structure, events=()))
+        without = dataclasses.replace(self.structure, events=(), timed_order=())
+        object.__setattr__(copied, "structure", without)
         return copied
 
     def changes(self, values: Mapping | None = None, t0: float = 0.0, varying=()) -> list:
@@ -393,7 +432,11 @@ class SBMLModel(AbstractODE):
         env = {**{k: float(v) for k, v in self.params.items()}, **dict(values or {})}
         env["time"] = float(t0)
         merged: dict[float, dict] = {}
-        for eid, time_of, fires_at_start, assignments, reads, strict in self.structure.events:
+        ranked: dict[float, dict] = {}  # time -> variable -> the priority of what set it
+        for k in self.structure.timed_order:
+            eid, time_of, fires_at_start, assignments, reads, strict, priority, at_trigger = (
+                self.structure.events[k]
+            )
             unknown = sorted(n for n in reads if not isinstance(env.get(n, 0.0), numbers.Real))
             if unknown:
                 raise SBMLError(
@@ -409,17 +452,25 @@ class SBMLModel(AbstractODE):
                     continue
             time = max(time, float(t0))
             changes = merged.setdefault(time, {})
+            earlier = dict(changes)  # what the events before it at this instant set
             for variable, compiled, expr in assignments:
-                if variable in changes:
+                before = ranked.setdefault(time, {}).get(variable, "none")
+                if variable in changes and (priority is None or before in (None, priority)):
                     raise SBMLError(
-                        f"{source}: two events assign {variable} at t = {time:g} (event {eid})"
+                        f"{source}: two events assign {variable} at t = {time:g} (event {eid}), "
+                        "in no order their priorities give"
                     )
+                ranked[time][variable] = priority
                 if variable in self.structure.states:
-                    changes[variable] = StateAssignment(self, compiled, time)
+                    value = StateAssignment(self, compiled, time)
+                    if earlier and not at_trigger:  # its values after the events before it
+                        value = AfterChanges(self, earlier, value)
+                    changes[variable] = value
                 elif expr.is_number:
                     changes[variable] = float(expr)
                 elif expr.is_Symbol and expr.name in self.params:
-                    changes[variable] = expr.name
+                    moved_now = not at_trigger and expr.name in earlier
+                    changes[variable] = earlier[expr.name] if moved_now else expr.name
                 else:
                     raise SBMLError(
                         f"{source}: event {eid} sets parameter {variable} to {expr}, which "
@@ -586,24 +637,17 @@ class _TimeTrigger(eqx.Module):
 
 
 class _TimeFire(eqx.Module):
-    """The `k`-th time-triggered event as a `ds.Event` reset: its assignments and those of
-    every time-triggered event of the same time (a solve fires one of the events that cross
-    at one instant and moves the others past their zero), all evaluated at the state just
-    before."""
+    """The `k`-th time-triggered event as a `ds.Event` reset: it and every time-triggered
+    event of the same time (a solve fires one of the events that cross at one instant and
+    moves the others past their zero) act, in their order (`SBMLModel.act_at_once`)."""
 
     model: SBMLModel
     k: int = eqx.field(static=True)
 
     def __call__(self, t, y):
-        structure = self.model.structure
-        env = self.model.environment(t, y, self.model.params)
         times = self.model.event_times()
-        new = y
-        for j, event in enumerate(structure.events):
-            same = True if j == self.k else times[j] == times[self.k]
-            for variable, compiled, _ in event[3]:
-                i = structure.states.index(variable)
-                new = new.at[i].set(jnp.where(same, jnp.asarray(compiled(env), y.dtype), new[i]))
+        same = [j == self.k or times[j] == times[self.k] for j in range(times.shape[0])]
+        new = self.model.act_at_once(t, y, [jnp.asarray(s) for s in same])
         # an event triggered by the state that the jump makes true fires now (the solver
         # sees only crossings by the flow), as at a `ds.Problem`'s change
         return self.model.fire_on_jump(t, y, new)
@@ -1047,6 +1091,7 @@ def _build(model, source: str) -> SBMLModel:
         initial_values=initial_values,
         expressions=expressions,
         events=events,
+        timed_order=_timed_order(events),
         state_events=state_events,
         switches=tuple(
             (
@@ -1193,10 +1238,18 @@ def _events(
                 "values, >=, >, <= or <, of the state, parameters and time; and, or, == and "
                 "other forms are not)",
             )
+        priority = None
         if event.isSetPriority():
-            # the order of events at one instant, each reading what the earlier ones set
-            # (case 01331 of SBML's test suite): not followed, so refused
-            _refuse(source, f"event {eid} with a priority")
+            # the order of events at one instant (each with useValuesFromTriggerTime="false"
+            # reading what the earlier ones set: case 01331 of SBML's test suite), followed
+            # for time-triggered events of a constant priority
+            if not by_time:
+                _refuse(source, f"event {eid} with a priority (its trigger reads the state)")
+            priority = _constant(
+                math_of(event.getPriority().getMath(), f"event {eid}'s priority"),
+                source,
+                f"event {eid}'s priority",
+            )
         assignments = []
         for assignment in event.getListOfEventAssignments():
             variable = assignment.getVariable()
@@ -1236,9 +1289,33 @@ def _events(
                 tuple(assignments),
                 frozenset(s.name for s in at.free_symbols),
                 strict,
+                priority,
+                event.getUseValuesFromTriggerTime(),
             )
         )
     return tuple(timed), _by_trigger(triggered, source)
+
+
+def _constant(expr, source: str, what: str) -> float:
+    """The number `expr` (SymPy) is, `true` and `false` as 1 and 0; anything that reads a
+    symbol is refused, naming `what`."""
+    if expr is sympy.true or expr is sympy.false:
+        return float(expr is sympy.true)
+    try:
+        return float(expr)
+    except TypeError:
+        _refuse(source, f"{what} {expr} (a constant number only)")
+
+
+def _timed_order(timed) -> tuple:
+    """The order in which time-triggered events of one instant act (SBML): by priority,
+    highest first, then those without one; each set in the file's order."""
+    return tuple(
+        sorted(
+            range(len(timed)),
+            key=lambda k: (0, -timed[k][6], k) if timed[k][6] is not None else (1, 0, k),
+        )
+    )
 
 
 def _by_trigger(triggered: list, source: str) -> tuple:
