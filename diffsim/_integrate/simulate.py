@@ -358,13 +358,21 @@ def _outputs_after_timed_events(solution, event_list, times, dtype):
     """The solution with its outputs at the time of an event whose condition says it fires
     at a given time (an SBML model's time-triggered events, `outputs_after`) given after
     that event, as SBML and a `ds.Problem`'s changes report them."""
-    ys = solution.ys
+    timed = [i for i, e in enumerate(event_list) if hasattr(e.condition, "outputs_after")]
+    if not timed:  # nothing to compute (an eager operation is a program of its own)
+        return solution
+    events = tuple(event_list[i] for i in timed)
+    fired = tuple(solution.event_time[i] for i in timed)
+    ys = _after_timed_events(events, fired, times, solution.ys, dtype)
+    return eqx.tree_at(lambda s: s.ys, solution, ys)
+
+
+@eqx.filter_jit  # one program, not one per operation in an eager call
+def _after_timed_events(events, fired, times, ys, dtype):
     slack = round_off_time(dtype, scale_of_times(times))
-    for i, event in enumerate(event_list):
-        if hasattr(event.condition, "outputs_after"):
-            fired = jnp.ravel(solution.event_time[i])[0]
-            ys = event.condition.outputs_after(times, ys, fired, slack, event.reset)
-    return eqx.tree_at(lambda s: s.ys, solution, ys) if ys is not solution.ys else solution
+    for event, at in zip(events, fired):
+        ys = event.condition.outputs_after(times, ys, jnp.ravel(at)[0], slack, event.reset)
+    return ys
 
 
 def _check_history(model, y0, t0) -> None:
