@@ -462,14 +462,15 @@ _TIME = '<csymbol encoding="text" definitionURL="http://www.sbml.org/sbml/symbol
 
 
 def test_simulate_runs_time_triggered_events_at_their_times(tmp_path):
-    """A -> at rate k·A (c of size 1), A0 = 1, dosed by D = 2 when time >= td (td = 2, a
-    parameter), and an event at time >= 2 (another expression of the same time) that sets
-    B = 7 and halves k (a parameter, which the solve carries as a state): after td,
-    A = (e^(-k td) + D) e^(-k/2 (t - td)), so dA/dtd = e^(-k/2 (t - td)) (k/2 D - k/2 e^(-k td))
-    there (the event time's derivative). The dose makes A > 2 true, which fires an event
-    triggered by the state at that instant (hit = 1). An output at td itself reports the
-    state after the events (SBML's rule, as a ds.Problem's changes)."""
-    k, dose, td = 0.5, 2.0, 2.0
+    """A -> at rate k·A (c of size 1), A0 = 1, dosed by D = 2 when time >= td (a parameter,
+    1.5), and an event at time >= 2 that sets B = 7 and halves k (a parameter, which the
+    solve carries as a state). Closed form: A = e^(-k t), then (e^(-k td) + D) e^(-k (t - td))
+    up to 2, then that at 2 times e^(-k/2 (t - 2)); so dA/dtd = k D e^(-k (t - td)) between
+    the events and k D e^(-k (2 - td)) e^(-k/2 (t - 2)) after both (the event time's
+    derivative). The dose makes A > 2 true, which fires an event triggered by the state at
+    that instant (hit = 1). Outputs at td and at 2 report the state after the events (SBML's
+    rule, as a ds.Problem's changes). With td = 2 the two events act at one instant."""
+    k, dose, td = 0.5, 2.0, 1.5
     halve = "<apply><divide/><ci>k</ci><cn>2</cn></apply>"
     events = (
         _event(
@@ -494,27 +495,38 @@ def test_simulate_runs_time_triggered_events_at_their_times(tmp_path):
     assert model.timed_events == ("dose", "same") and model.triggered_events == ("hit",)
     assert model.state_names == ("A", "B", "h") and model.moved_by_time_events == ("k",)
     y0 = model.initial_state()
-    ts = jnp.linspace(0.0, 4.0, 9)  # 2.0 among them
+    ts = jnp.linspace(0.0, 4.0, 9)  # 1.5 and 2.0 among them
     solver = ds.Tsit5(rtol=1e-10, atol=1e-12)
 
     def solve(td):
         moved = eqx.tree_at(lambda m: m.params["td"], model, td)
         return ds.simulate(moved, y0, ts, solver=solver).ys
 
+    def closed(td):
+        t = np.asarray(ts)
+        dosed = (np.exp(-k * td) + dose) * np.exp(-k * (np.minimum(t, 2.0) - td))
+        a = np.where(t < td, np.exp(-k * t), dosed * np.exp(-k / 2 * np.maximum(t - 2.0, 0.0)))
+        return t, a
+
     ys, slope = jax.jvp(solve, (jnp.asarray(td),), (1.0,))
-    t = np.asarray(ts)
-    after = t >= td
-    at_td = np.exp(-k * td) + dose
-    a = np.where(after, at_td * np.exp(-k / 2 * (t - td)), np.exp(-k * t))
+    t, a = closed(td)
     # Tsit5 at rtol 1e-10: values to 1e-8 (as the test of state events above); the tangents
     # take the same steps without error control of their own: 1e-6
     np.testing.assert_allclose(ys[:, 0], a, rtol=1e-8)
-    np.testing.assert_allclose(ys[:, 1:], np.where(after, 1.0, 0.0)[:, None] * [7.0, 1.0])
-    later = t > td  # at td itself the output sits on the moving jump
-    decay = np.exp(-k / 2 * (t[later] - td))
-    expected = decay * (k / 2 * dose - k / 2 * np.exp(-k * td))
-    np.testing.assert_allclose(slope[later, 0], expected, rtol=1e-6)
-    np.testing.assert_allclose(slope[~after, 0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(ys[:, 1], np.where(t >= 2.0, 7.0, 0.0))
+    np.testing.assert_allclose(ys[:, 2], np.where(t >= td, 1.0, 0.0))
+    between, after = (t > td) & (t < 2.0), t > 2.0  # at td the output sits on the moving jump
+    np.testing.assert_allclose(
+        slope[between, 0], k * dose * np.exp(-k * (t[between] - td)), rtol=1e-6
+    )
+    expected = k * dose * np.exp(-k * (2.0 - td)) * np.exp(-k / 2 * (t[after] - 2.0))
+    np.testing.assert_allclose(slope[after, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(slope[t < td, 0], 0.0, atol=1e-12)
+    # td = 2: both events at one instant (the value at 2 after both)
+    t, a = closed(2.0)
+    both = np.asarray(solve(jnp.asarray(2.0)))
+    np.testing.assert_allclose(both[:, 0], a, rtol=1e-8)
+    np.testing.assert_allclose(both[:, 1:], np.where(t >= 2.0, 1.0, 0.0)[:, None] * [7.0, 1.0])
     # from t0 = 3, after both times: the events never fire (initial value true, SBML's
     # rule); with initialValue false they fire at t0, and the jump fires `hit` there
     late = jnp.linspace(3.0, 4.0, 3)
@@ -549,16 +561,17 @@ def test_simulate_runs_time_triggered_events_at_their_times(tmp_path):
     start = jnp.append(y0, model.params["k"])
     own = ds.simulate(lifted, start, ts, solver=solver, events=(*lifted.events(0.0), stop))
     np.testing.assert_allclose(own.ys[:, :3], ys, rtol=1e-12)
-    np.testing.assert_allclose(own.ys[:, 3], np.where(after, k / 2, k))
+    np.testing.assert_allclose(own.ys[:, 3], np.where(np.asarray(ts) >= 2.0, k / 2, k))
     # a ds.Problem takes them as its experiments' changes at given times (`model.changes`):
     # at the true k its log-likelihood is the noise terms alone (the data are the closed form
     # without the halving of k, which as a change must be a number or a parameter)
-    a_kept = np.exp(-k * t) + np.where(after, dose * np.exp(-k * (t - td)), 0.0)
+    t = np.asarray(ts)
+    a_kept = np.exp(-k * t) + np.where(t >= td, dose * np.exp(-k * (t - td)), 0.0)
     data = {"time": ts, "observable": ["A"] * ts.size, "value": a_kept}
     observables = {"A": ds.Observable(lambda t, y, p: y[0], sigma=0.1)}
     unknowns = {"k": ds.Unknown(0.3, bounds=(0.01, 10.0), scale="log10")}
     study = ds.Problem(kept, [ds.Experiment(data, y0=y0)], observables, unknowns)
-    assert study.model.timed_events == () and [c.time for c in study.changes[0]] == [2.0]
+    assert study.model.timed_events == () and [c.time for c in study.changes[0]] == [td, 2.0]
     noise_alone = -ts.size * 0.5 * np.log(2 * np.pi * 0.1**2)
     assert study.llh({"k": k}) == pytest.approx(noise_alone, abs=1e-7)
     with pytest.raises(ds.sbml.SBMLError, match=r"event same sets parameter k to 0.5\*k"):
