@@ -344,8 +344,14 @@ class SBMLModel(AbstractODE):
         """The trigger time c of each time-triggered event (`timed_events`' order), from the
         model's parameters: an array (events,)."""
         env = self.chosen(dict(self.params))
-        dtype = jnp.result_type(*self.params.values(), float)
-        return jnp.stack([jnp.asarray(event[1](env), dtype) for event in self.structure.events])
+        return jnp.stack([self._time_of(event, env) for event in self.structure.events])
+
+    def event_time(self, k: int):
+        """The trigger time c of the `k`-th time-triggered event: a scalar."""
+        return self._time_of(self.structure.events[k], self.chosen(dict(self.params)))
+
+    def _time_of(self, event, env):
+        return jnp.asarray(event[1](env), jnp.result_type(*self.params.values(), float))
 
     def fire_at_start(self, t0, y0):
         """The state at `t0` after the events SBML fires there: the time-triggered ones whose
@@ -617,7 +623,7 @@ class _TimeTrigger(eqx.Module):
     t0: Any
 
     def __call__(self, t, y):
-        c = self.model.event_times()[self.k]
+        c = self.model.event_time(self.k)  # its own only: the loop calls this many times
         t = jnp.asarray(t, c.dtype)
         return jnp.where(c <= self.t0, jnp.ones_like(t), t - c)
 

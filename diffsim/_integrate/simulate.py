@@ -337,11 +337,22 @@ def _moving_parameters(model, moved, y0, ts, events, dense, options) -> Solution
         )
     check_state_shape(model, as_state(y0))
     y0 = jnp.asarray(y0)
+    lifted = model.with_states(moved)
+    solution = simulate(lifted, _carrying(model, moved, y0), ts, dense=dense, **options)
+    return _cut_to(solution, y0.shape[0])
+
+
+@eqx.filter_jit  # one program, not one per operation in an eager call
+def _carrying(model, moved, y0):
+    """`y0` with the parameters `moved` appended, as `model.with_states(moved)` takes it."""
     dtype = real_dtype(y0)
     carried = jnp.stack([jnp.asarray(model.params[name], dtype) for name in moved])
-    lifted = model.with_states(moved)
-    solution = simulate(lifted, jnp.concatenate([y0, carried]), ts, dense=dense, **options)
-    n = y0.shape[0]
+    return jnp.concatenate([y0, carried])
+
+
+@eqx.filter_jit
+def _cut_to(solution: Solution, n: int) -> Solution:
+    """`solution` of a lifted model with only the first `n` states (the model's own)."""
     cut = lambda tree: jax.tree.map(lambda a: a[..., :n], tree)  # noqa: E731
     dense_output = solution.dense
     if dense_output is not None:
