@@ -11,8 +11,9 @@ bar. A step that lands where the loss or gradient is not finite (a solve failed 
 network) is taken back and the next one from the last finite point is shorter; the
 mechanistic unknowns move on their scales and are held within their bounds.
 
-Why by hand around optax: optax gives the updates; the loop around them, which knows the
-problem's scales, bounds, validation and progress, is this module.
+Why by hand around optax: optax gives Adam's updates (L-BFGS is `lbfgs.py`, whose steps are
+one evaluation each); the loop around them, which knows the problem's scales, bounds,
+validation and progress, is this module.
 """
 
 import dataclasses
@@ -24,11 +25,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from .._paths import get, path_of
 from .._progress import progress_bar
 from .._warn import warn
 from .data import FitWarning
+from .lbfgs import lbfgs_init, lbfgs_step
 from .study import Problem
 from .study_objective import (
     natural_on_host,
@@ -100,7 +103,9 @@ def train(
       floating array inside is trained.
     - `steps`, `learning_rate`: Adam's steps and step size; `clip`: the largest global norm
       of a gradient (None: no clipping; long series of a stiff or chaotic model need it).
-    - `lbfgs_steps`: L-BFGS steps after Adam (optax's, with its zoom line search).
+    - `lbfgs_steps`: L-BFGS steps after Adam: each is one evaluation of the loss and its
+      gradient, which the line search accepts or shortens (a step into a failed solve is
+      shortened); it stops evaluating once converged.
     - `validation`: a `ds.Problem` of the same model (other data: a held-out experiment)
       evaluated every `every` steps; the best state by its log-likelihood is returned, and
       with `patience`, training stops after that many checks without improvement.
@@ -188,7 +193,7 @@ def train(
             adam = optax.chain(optax.clip_by_global_norm(clip), adam)
         phases.append(("adam", steps, adam))
     if lbfgs_steps:
-        phases.append(("lbfgs", lbfgs_steps, optax.lbfgs()))
+        phases.append(("lbfgs", lbfgs_steps, _LBFGS()))
 
     history = {"step": [], "phase": [], "llh": [], "validation_llh": []}
     best = dict(score=-math.inf, params=params, step=0, llh=math.nan, validation=None)
@@ -322,12 +327,7 @@ def _chunk(parts, project, optimizer, phase, length, sizes, carry, active, maske
             finite = finite & jnp.all(jnp.isfinite(leaf))
 
         def advance(_):
-            if phase == "lbfgs":  # value and gradient at the (projected) point itself
-                updates, new_state = optimizer.update(
-                    grad, state, params, value=value, grad=grad, value_fn=loss
-                )
-            else:
-                updates, new_state = optimizer.update(grad, state, params)
+            updates, new_state = optimizer.update(grad, state, params)
             updates = jax.tree.map(lambda u: factor.astype(u.dtype) * u, updates)
             return project(optax.apply_updates(params, updates)), new_state
 
@@ -339,16 +339,40 @@ def _chunk(parts, project, optimizer, phase, length, sizes, carry, active, maske
         factor = jnp.where(finite, jnp.minimum(2.0 * factor, 1.0), 0.5 * factor)
         return (moved, state, good, factor, key), ~finite
 
+    def search(carry):
+        """One L-BFGS step: one evaluation of the loss and its gradient (none once
+        converged)."""
+        params, state = carry[:2]
+        unravel = ravel_pytree(params)[1]
+        flat = lambda tree: ravel_pytree(tree)[0]  # noqa: E731
+        value_and_grad = jax.value_and_grad(lambda x: loss(unravel(x)))
+
+        def run(state):
+            return lbfgs_step(value_and_grad, lambda x: flat(project(unravel(x))), state)
+
+        state, finite = jax.lax.cond(state.done, lambda s: (s, jnp.array(True)), run, state)
+        return (unravel(state.x), state, *carry[2:]), ~finite
+
+    one = search if phase == "lbfgs" else take
+
     def step(carry, index):
         if not masked:
-            return take(carry)
-        return jax.lax.cond(index < active, take, lambda c: (c, jnp.array(False)), carry)
+            return one(carry)
+        return jax.lax.cond(index < active, one, lambda c: (c, jnp.array(False)), carry)
 
     # optax's updates mix Python floats with int32 step counts (Adam's bias correction),
     # which a caller's strict dtype promotion would refuse
     with jax.numpy_dtype_promotion("standard"):
         carry, bad = jax.lax.scan(step, carry, jnp.arange(length))
     return carry, parts(carry[0])[0], jnp.sum(bad)
+
+
+class _LBFGS:
+    """`ds.train`'s L-BFGS phase (`lbfgs.py`: one evaluation a step), as its phases' loop
+    takes an optimiser: `init(params)` gives its state."""
+
+    def init(self, params):
+        return lbfgs_init(ravel_pytree(params)[0])
 
 
 def _trained_values(problem: Problem, scaled) -> dict:
