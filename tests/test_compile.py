@@ -21,6 +21,9 @@ _EVENTS = Counter()
 _COMPILE = "/jax/core/compile/backend_compile_duration"
 _TRACE = "/jax/core/compile/jaxpr_trace_duration"
 jax.monitoring.register_event_duration_secs_listener(lambda name, _, **__: _EVENTS.update([name]))
+jax.monitoring.register_event_listener(lambda name, **_: _EVENTS.update([name]))
+_MISSES = "/jax/compilation_cache/cache_misses"
+_HITS = "/jax/compilation_cache/cache_hits"
 
 
 def _counted(fn):
@@ -146,6 +149,24 @@ def test_a_sweep_compiles_one_program_and_a_new_sweep_of_the_same_shapes_none(wa
     direct = ds.simulate(models.Lorenz(rho=12.0), y0, ts, solver=ds.Tsit5()).ys
     # the same steps batched and alone; only round-off of the fused arithmetic differs
     np.testing.assert_allclose(second["y"].values[0], direct, rtol=1e-12)
+
+
+def test_a_second_training_at_another_rate_compiles_nothing(warmed):
+    """`ds.train`'s step size and clipping norm are inputs of its compiled chunk, not
+    constants in it: the same problem trained again at another rate and norm runs the
+    program the first training compiled (loaded from the persistent cache: the chunk is
+    traced again, its optimiser being a new object) and compiles nothing new."""
+    from test_train import _problems
+
+    train, _ = _problems()
+    options = dict(steps=4, every=4, progress=False)
+    misses = _EVENTS[_MISSES]
+    first = ds.train(train, "net", learning_rate=1e-2, **options)
+    assert _EVENTS[_MISSES] > misses  # the chunk, compiled and stored
+    misses, hits = _EVENTS[_MISSES], _EVENTS[_HITS]
+    second = ds.train(train, "net", learning_rate=3e-3, clip=2.0, **options)
+    assert _EVENTS[_MISSES] == misses and _EVENTS[_HITS] > hits
+    assert second.llh != first.llh  # the other rate was taken
 
 
 def test_analyses_compile_one_program_each(warmed):
