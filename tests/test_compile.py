@@ -193,6 +193,34 @@ def test_analyses_compile_one_program_each(warmed):
     assert (count, traced) == (0, 0)
 
 
+def test_diffsim_s_own_programs_compile_with_its_options_at_top_level_only(monkeypatch):
+    """A diffsim program called at top level compiles with `compiler_options()` (XLA:CPU's
+    faster-compiling emitters, diffsim/_compile.py); under the user's `jax.jit`, `jax.grad`
+    and `jax.vmap` it is the plain program (JAX refuses options on a nested program) and gives
+    the same values; `XLA_FLAGS` naming the option leaves it to the user."""
+    from diffsim import _compile
+
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert _compile.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+    program = _compile.jit(lambda x: jnp.sin(x) * x)
+    x = jnp.array(0.7)
+    # the options travel with the top-level lowering (JAX keeps them on it, privately)
+    kvs = program.lower(x).lowered._lowering._compiler_options_kvs
+    assert ("xla_cpu_use_fusion_emitters", False) in kvs
+    # other programs, so equal to round-off (fused otherwise), not bit for bit
+    value = float(np.sin(0.7) * 0.7)
+    assert float(program(x)) == pytest.approx(value, rel=1e-15)
+    assert float(jax.jit(lambda x: program(x) + 1.0)(x)) == pytest.approx(value + 1.0, rel=1e-15)
+    slope = float(np.cos(0.7) * 0.7 + np.sin(0.7))
+    assert float(jax.grad(program)(x)) == pytest.approx(slope, rel=1e-15)
+    assert float(jax.jit(jax.grad(program))(x)) == pytest.approx(slope, rel=1e-15)
+    np.testing.assert_allclose(jax.vmap(program)(jnp.stack([x, x])), [value, value], rtol=1e-15)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert _compile.compiler_options() is None
+    left = _compile.jit(lambda x: x + 1.0)
+    assert left._own is left._plain
+
+
 def _worker(folder, *args, env_extra=None):
     env = dict(os.environ, DIFFSIM_CACHE_DIR=str(folder))
     env.pop("DIFFSIM_CACHE", None)

@@ -2,11 +2,11 @@
 
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._compile import jit
 from .._validate import check_key, check_static_count, once
 
 
@@ -51,7 +51,7 @@ def iterate(step, state, key, *, stop, max_steps: int) -> Iterated:
     return _iterate(step, stop, state, key, max_steps=max_steps)
 
 
-@eqx.filter_jit
+@jit
 def _iterate(step, stop, state, key, *, max_steps: int) -> Iterated:
     """The loop, compiled once per (step, stop) pair and state structure: run eagerly, the
     while loop and the first stop test would each compile again on every call."""

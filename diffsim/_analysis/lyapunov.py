@@ -8,6 +8,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
+from .._compile import jit
 from .._custom_types import State
 from .._integrate.simulate import simulate
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model
@@ -145,7 +146,7 @@ def lyapunov_exponent(
     return (exponent, running) if history else exponent
 
 
-@eqx.filter_jit
+@jit
 def _measure(
     model, solver, y0, tangent, dt, t0, *, every: int, skipped: int, intervals: int, check_dt: bool
 ):

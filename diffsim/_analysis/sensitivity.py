@@ -4,6 +4,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._compile import jit
 from .._integrate.simulate import raise_if_failed, real_dtype, simulate
 from .._paths import floating_names, get, path_of
 from .._validate import as_state, as_state_leaf, HostArray, is_traced
@@ -82,7 +83,7 @@ def sensitivity(model, y0, ts, *, solver, wrt="parameters", mode: str = "auto", 
     return result
 
 
-@eqx.filter_jit
+@jit
 def _sensitivities(model, y0, ts, solver, names, mode: str, options: dict):
     """The Jacobians and the undifferentiated solution (for its result code), in one program:
     run eagerly, the Jacobian's own operations would each compile a small program."""

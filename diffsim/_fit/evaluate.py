@@ -6,15 +6,15 @@ the fine time grid of a fitted curve.
 covariance), so they live below both.
 """
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .problem import Problem
 
 
-@eqx.filter_jit
+@jit
 def trajectory(problem: Problem, p):
     """The states at every simulation time of `problem` for the natural unknowns `p` (window
     starts, if any, included), shape (times, state size)."""
@@ -23,7 +23,7 @@ def trajectory(problem: Problem, p):
     return states
 
 
-@eqx.filter_jit
+@jit
 def largest_defects(problem: Problem, p_batch):
     """The largest continuity defect of each multiple-shooting solution in the batch."""
 
@@ -35,7 +35,7 @@ def largest_defects(problem: Problem, p_batch):
     return jax.vmap(one)(p_batch)
 
 
-@eqx.filter_jit
+@jit
 def at_optimum(problem: Problem, p, jac: str):
     """Residual Jacobian, the predictions and the data residuals (times, observables) at `p`,
     in one compiled program."""
@@ -52,7 +52,7 @@ def at_optimum(problem: Problem, p, jac: str):
     return jacobian, observed, r
 
 
-@eqx.filter_jit
+@jit
 def loss_hessian(problem: Problem, p, jac: str):
     """The Hessian of half the loss at `p` (natural coordinates)."""
     if jac == "fwd":

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._model import AbstractODE
 from .._quasirandom import halton_unit
 from .._solver.base import AbstractSolver
@@ -335,7 +336,7 @@ def _screen_summary(stage: _Stage, problem: Problem, plan: _Plan) -> dict | None
     )
 
 
-@eqx.filter_jit
+@jit
 def _run(problem: Problem, p0s, optimizer: opt.Optimizer, plan: _Plan, key, *, evaluate: bool):
     """Screen, then optimise from each start (natural values, one per row: the guess, or the
     given starts), all in one compiled program; with `evaluate`, also the residual Jacobian

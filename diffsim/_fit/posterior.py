@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._compile import jit
 from .._provenance import package_versions
 from .._validate import user_path
 from . import posterior_file
@@ -410,12 +411,11 @@ def _checked_quantiles(quantiles) -> tuple[float, ...]:
 def _predictive(density, theta, key):
     """The model's observables at `theta` (draws, unknowns) and data drawn around them (on
     the host, `likelihood.draw`, from a generator seeded by `key`)."""
-    import equinox as eqx
     import jax
 
     from . import likelihood as lik
 
-    @eqx.filter_jit
+    @jit
     def run(density, theta):
         extra = jax.vmap(density.extra)(theta) if density.extra_count else None
         return jax.vmap(density.predictions)(theta), extra

@@ -2,11 +2,11 @@
 
 import dataclasses
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import check_real, check_static_count
 from .._warn import warn
 from . import optimize as opt
@@ -174,7 +174,7 @@ def _grid(result: FitResult, j: int, points: int, span: float, range) -> np.ndar
     return np.linspace(low, high, points)
 
 
-@eqx.filter_jit
+@jit
 def _profile_run(problem, p_hat, grid, j, optimizer):
     """Refit the other unknowns at each value of unknown `j` in `grid`, from the best fit
     `p_hat` (one program: the transforms of the start are inside it too). `j` is an input of

@@ -2,11 +2,11 @@
 
 import dataclasses
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._validate import check_real
 from . import optimize as opt
 from .optimize import FIT_RESULTS
@@ -134,7 +134,7 @@ def refit(result: FitResult, values, *, start: str = "guess") -> FitBatch:
     )
 
 
-@eqx.filter_jit
+@jit
 def _refit_run(problem, data, scale, p0, optimizer):
     """Every replicate's fit and its Jacobian at the optimum, from the natural start `p0`, in
     one program."""

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._model import AbstractODE
 from .._provenance import module_text
 from .._solver.adaptive import Tsit5
@@ -430,7 +431,7 @@ class _Density(eqx.Module):
         return jnp.where(jnp.isfinite(total), total, -jnp.inf)
 
 
-@eqx.filter_jit
+@jit
 def _start(density: _Density, theta0, covariance, extra_scale, key):
     """The chains' centre in unconstrained coordinates and a covariance there: the fit's
     covariance carried through the map θ → u (J C Jᵀ, J its Jacobian), the likelihood's own
@@ -498,7 +499,7 @@ def _replicated(likelihood: str, run: _Run) -> np.ndarray:
     return drawn.reshape(predictions.shape).astype(predictions.dtype)
 
 
-@eqx.filter_jit
+@jit
 def _run(density: _Density, u0, covariance, windows, key, plan: _Plan) -> _Run:
     """Warm-up and sampling of every chain, vmapped, in one compiled program; then the
     predictions of (every `thin`-th) draw, around which `_replicated` draws data."""

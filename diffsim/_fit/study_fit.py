@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._progress import progress_bar
 from .._quasirandom import halton_unit
 from .._warn import warn
@@ -410,7 +411,7 @@ def _no_likelihood_anywhere(problem: Problem, tables, candidates) -> None:
     )
 
 
-@eqx.filter_jit
+@jit
 def _screen(problem: Problem, candidates):
     """Σ r² at each candidate (rows, on the unknowns' scales): one forward simulation each."""
     residual_scaled = _scaled_residuals(problem)
@@ -478,7 +479,7 @@ def optimize_within(problem: Problem, s0, box: Box, optimizer, num_residuals: in
     return optimum
 
 
-@eqx.filter_jit
+@jit
 def _optimize(problem: Problem, s0, box: Box, optimizer, num_residuals: int):
     """One optimisation from `s0` (on the unknowns' scales) and the objective at its end;
     Levenberg–Marquardt within `box`, BFGS within the unknowns' bounds (a fit's only)."""
@@ -550,7 +551,7 @@ def _levenberg_steps(tables) -> int:
     return LEVENBERG_STEPS if all(scale != "lin" for scale in tables.scales) else 0
 
 
-@eqx.filter_jit
+@jit
 def _information(problem: Problem, scaled, measured=None):
     """The Fisher information on the unknowns' scales at `scaled` (priors' Hessian included);
     `measured` replaces the study's values (a refit's replicate)."""

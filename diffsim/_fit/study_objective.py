@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._integrate.simulate import simulate
 from .._integrate.steady_state import steady_state
 from .problem import kind_of, to_natural, to_unconstrained
@@ -518,7 +519,7 @@ def residual_constant(problem) -> float:
 
 
 # one compiled program per problem (a Problem is a static argument: hashed by identity)
-@eqx.filter_jit
+@jit
 def evaluate_llh(problem, theta):
     """(log-likelihood, log-prior, `smallest_logged`) at natural θ."""
     nll, prior, smallest = likelihood_and_smallest(problem, theta)
@@ -528,13 +529,13 @@ def evaluate_llh(problem, theta):
 # `problem.log_likelihood` called outside `jit` (a user's loop, finite differences, `jax.grad`
 # of it) ran op by op, 1.5–3.8 s a call for a study of four small experiments; compiled once,
 # the next calls take milliseconds. Inside a caller's `jit` it is inlined (no extra program).
-@eqx.filter_jit
+@jit
 def evaluate_log_likelihood(problem, theta, model=None):
     """The log-likelihood at natural θ, with `model` in place of the problem's (or None)."""
     return -negative_log_likelihood(problem, theta, model=model)[0]
 
 
-@eqx.filter_jit
+@jit
 def evaluate_predictions(problem, theta):
     """(the model's prediction, the noise's σ, (m − y)/σ on the noise model's scale) of every
     measurement at natural θ."""

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._provenance import module_text
 from .._validate import check_key, check_real, check_static_count
 from .._warn import warn
@@ -213,7 +214,7 @@ def log_posterior(problem: Problem, u):
     return jnp.where(jnp.isfinite(total), total, -jnp.inf)
 
 
-@eqx.filter_jit
+@jit
 def _run(study: _Study, scaled0, covariance_scaled, windows, key, plan):
     problem = study.problem
     tables = problem.tables

@@ -20,6 +20,7 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, PyTree
 
+from .._compile import jit
 from .._events import crossed, evaluate, EventTable, Records, start_value
 from .._results import RESULTS
 from .._solver.adaptive import AbstractDiffraxMethod, is_plain_explicit_pair
@@ -114,7 +115,7 @@ def _stats(inner, accepted, rejected):
     return stats
 
 
-@eqx.filter_jit
+@jit
 def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     inner = solver.to_diffrax()
     valid, model, y0, ts, controls = _prepare(solver, inner, model, y0, ts, dt0)
@@ -133,7 +134,7 @@ def solve_adaptive(solver, model, y0, ts, dt0, *, max_steps: int, adjoint):
     return plain_solved(valid, out.ys, out.code, _stats(inner, out.accepted, out.rejected))
 
 
-@eqx.filter_jit
+@jit
 def solve_pair_events(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
     """An explicit pair with events, or with dense output: diffsim's adaptive loop
     (`adaptive_loop`), which locates the earliest crossing in a step on the pair's dense
@@ -176,7 +177,7 @@ class _SegmentState(NamedTuple):
     rejected: Array  # int32
 
 
-@eqx.filter_jit
+@jit
 def solve_adaptive_events(solver, model, y0, ts, dt0, events, *, max_steps: int, adjoint):
     """Adaptive solve with events: segments of diffrax solves between events."""
     inner = solver.to_diffrax()

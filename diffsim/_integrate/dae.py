@@ -10,7 +10,6 @@ components whose rows of M are zero. Masks over all n singular directions keep t
 static (M may be traced, e.g. built from a swept parameter).
 """
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +17,7 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
+from .._compile import jit
 from .._custom_types import State
 from .._model import AbstractODE, check_model
 from .._validate import as_state, as_state_leaf, describe, is_traced
@@ -123,7 +123,7 @@ def _consistency(model, t0, y0, rtol, atol):
 
 # one compiled program for the eager check (op by op, the SVD and the Jacobian would dispatch
 # dozens of small ones)
-_consistency_eagerly = eqx.filter_jit(_consistency)
+_consistency_eagerly = jit(_consistency)
 
 
 def check_consistent_start(model, t0, y0, solver) -> None:
@@ -200,7 +200,7 @@ def consistent_initial_state(
     return y
 
 
-@eqx.filter_jit
+@jit
 def _consistent(model, y0, t0, tolerance):
     y0_flat, unravel = ravel_pytree(y0)
     mass = mass_matrix_of(model, y0_flat.shape[0], y0_flat.dtype)

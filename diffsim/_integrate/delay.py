@@ -19,11 +19,11 @@ Why not diffrax: its delay support was removed from the released versions, and d
 already carries dense buffers that a step can read."""
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._compile import jit
 from .._events import round_off_time
 from .._model import AbstractDDE
 from .._solver.runge_kutta import AbstractRungeKutta
@@ -178,7 +178,7 @@ def _concrete_lags(model: AbstractDDE) -> list[float] | None:
     return values
 
 
-@eqx.filter_jit
+@jit
 def _solve(method, adaptive, model, y0, ts, dt0, events, *, max_steps: int, dense: bool):
     lags = jnp.stack([jnp.asarray(lag, ts.dtype) for lag in model.delays()])
     lags_ok = jnp.all(lags > 0) & jnp.all(jnp.isfinite(lags))

@@ -13,13 +13,13 @@ has finished do nothing.
 
 from typing import NamedTuple
 
-import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, PyTree
 
+from .._compile import jit
 from .._events import crossed, evaluate, EventTable, Records, restarts, round_off_time
 from .common import advance, events_solved, guard_inputs, scale_of_times
 
@@ -63,7 +63,7 @@ class _Step(NamedTuple):
     which: Array  # int32: the event that fired (0 when none did)
 
 
-@eqx.filter_jit
+@jit
 def solve_fixed_events(solver, model, y0, ts, counts, events, *, grid_steps: int, block):
     """Fixed-step solve with events. `counts`: steps in each output interval (int array);
     `grid_steps`: static upper bound of their sum."""

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._compile import jit
 from .._results import RESULTS
 from .._solver.base import AbstractFixedStepSolver
 from .._validate import is_count, is_traced, MAX_COUNT
@@ -111,7 +112,7 @@ def _checkpoint_block(checkpoint, total_steps: int, steps_per_save: int) -> int 
     return int(checkpoint)
 
 
-@eqx.filter_jit
+@jit
 def _solve_fixed(
     solver, model, y0, ts, steps, *, steps_per_save: int, block: int | None, key, dense: bool
 ):

@@ -12,12 +12,12 @@ transpose it.
 """
 
 import diffrax
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.flatten_util import ravel_pytree
 
+from .._compile import jit
 from .._results import RESULTS
 from .._solver.rosenbrock import (
     AbstractRosenbrock,
@@ -61,7 +61,7 @@ def solve_rosenbrock_family(solver: AbstractRosenbrock, request: SolveRequest) -
     )
 
 
-@eqx.filter_jit
+@jit
 def _solve(solver, model, y0, ts, dt0, events, *, max_steps: int, dense: bool, forward: bool):
     valid, model, y0, ts, controls = prepare(solver, solver.error_order, model, y0, ts, dt0)
     if model.mass_matrix is not None:

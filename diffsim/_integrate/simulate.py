@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
 from .._closure import closes_over_tracer, lift_closure
+from .._compile import jit
 from .._custom_types import State, Times
 from .._events import as_events, evaluate, Event, RateCondition, Records, round_off_time
 from .._model import AbstractDDE, AbstractODE, AbstractSDE, check_model, DDE, ODE
@@ -115,7 +116,7 @@ class Solution(eqx.Module):
 # One compiled program per shape of `t`: run op by op, the first read of a new shape compiled
 # each of its few dozen primitives apart. Measured (Tsit5, 2 states, 2 cores): first read
 # 1.5-1.8 s op by op against 0.24-0.34 s compiled whole; later reads 29 ms against 0.5-1 ms.
-@eqx.filter_jit
+@jit
 def _read_dense(dense, t, which: str):
     def one(dense):
         values = jax.vmap(getattr(dense, which))(t.reshape(-1))
@@ -342,7 +343,7 @@ def _moving_parameters(model, moved, y0, ts, events, dense, options) -> Solution
     return _cut_to(solution, y0.shape[0])
 
 
-@eqx.filter_jit  # one program, not one per operation in an eager call
+@jit  # one program, not one per operation in an eager call
 def _carrying(model, moved, y0):
     """`y0` with the parameters `moved` appended, as `model.with_states(moved)` takes it."""
     dtype = real_dtype(y0)
@@ -350,7 +351,7 @@ def _carrying(model, moved, y0):
     return jnp.concatenate([y0, carried])
 
 
-@eqx.filter_jit
+@jit
 def _cut_to(solution: Solution, n: int) -> Solution:
     """`solution` of a lifted model with only the first `n` states (the model's own)."""
     cut = lambda tree: jax.tree.map(lambda a: a[..., :n], tree)  # noqa: E731
@@ -378,7 +379,7 @@ def _outputs_after_timed_events(solution, event_list, times, dtype):
     return eqx.tree_at(lambda s: s.ys, solution, ys)
 
 
-@eqx.filter_jit  # one program, not one per operation in an eager call
+@jit  # one program, not one per operation in an eager call
 def _after_timed_events(events, fired, times, ys, dtype):
     slack = round_off_time(dtype, scale_of_times(times))
     for event, at in zip(events, fired):
@@ -468,7 +469,7 @@ def _without_steps(ts, y0, events, single: bool, dtype) -> Solution:
     )
 
 
-@eqx.filter_jit
+@jit
 def _public_records(records, single: bool, events):
     # jitted: eagerly, the indexing that splits the records per event compiles a small program
     # for each piece
@@ -623,7 +624,7 @@ def _check_own_events_given(model, events, expected, own) -> None:
         )
 
 
-@eqx.filter_jit
+@jit
 def _fired_at_start(model, t0, y0):
     return model.fire_at_start(t0, y0)
 

@@ -20,6 +20,7 @@ from jax import lax
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PyTree
 
+from .._compile import jit
 from .._events import Event, RateCondition
 from .._model import AbstractDDE, check_model
 from .._results import RESULTS, SimulationError
@@ -218,7 +219,7 @@ def steady_state(
     return state
 
 
-@eqx.filter_jit
+@jit
 def _steady_state(model, y0, times, tolerances, solver, *, method, max_steps):
     t0, _ = times
     rtol, atol = tolerances
