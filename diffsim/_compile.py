@@ -9,9 +9,10 @@ and 1.83 s a start, an eager Rodas5P solve 2.0 s → 1.0–1.3 s (docs/howto/avo
 (`jax.jit`'s `compiler_options`), never as a flag of the process: a program the user jits (a
 `jax.jit` of a loss that calls `ds.simulate`) is compiled as XLA's defaults, or the user's
 `XLA_FLAGS`, say. Where `XLA_FLAGS` names the option itself, the user's choice is kept for
-diffsim's programs too. `ds.sweep`'s chunks and `ds.train`'s steps keep XLA's defaults: their
-wall time is their run (the newer emitters run a `vmap`ped adaptive loop up to ~10 % faster, a
-training's steps ~30 % faster). On other backends diffsim's programs compile as before.
+diffsim's programs too. `ds.sweep`'s chunks, a problem's Sobol' or Morris design points and
+`ds.train`'s steps keep XLA's defaults: their wall time is their run (the newer emitters run
+a `vmap`ped adaptive loop up to ~10 % faster, a training's steps ~30 % faster). On other
+backends diffsim's programs compile as before.
 
 JAX accepts `compiler_options` on a top-level program only, so under a transformation (the
 user's `jax.jit`, `jax.grad`, `jax.vmap`) a diffsim program is the plain `eqx.filter_jit`

@@ -6,11 +6,11 @@ one compiled program (the experiments of each point as one batch, as a fit runs 
 import math
 from collections.abc import Mapping
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._compile import jit
 from .._progress import progress_bar
 from .study_objective import (
     negative_log_likelihood,
@@ -132,7 +132,9 @@ def run_problem_design(
     return values
 
 
-@jit
+# XLA's default emitters, not diffsim's faster-compiling ones (`_compile.py`): as a sweep's
+# chunk, a design's points are many `vmap`ped solves whose run is the wall time
+@eqx.filter_jit
 def _quantities(problem, reduce, base, index, rows):
     tables = problem.tables
     offsets = np.cumsum([0] + [len(r.time) for r in problem.rows])

@@ -159,6 +159,8 @@ def _members_program(spec: MemberSpec):
 
 
 def _program_for(template: MemberSpec):
+    # XLA's default emitters, not diffsim's faster-compiling ones (`_compile.py`): a sweep's
+    # wall time is its run, and they run a `vmap`ped adaptive solve up to ~10 % faster
     @eqx.filter_jit
     def run(dynamic, values, index):
         # the template's static parts with this sweep's arrays; values and index arrive
