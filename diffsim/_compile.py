@@ -57,6 +57,8 @@ class _Program:
         functools.update_wrapper(self, fun)
 
     def _pick(self):
+        if self._own is self._plain:  # no options (XLA_FLAGS names one): nothing to decide
+            return self._plain
         return self._own if _top_level_on_cpu() else self._plain
 
     def __call__(self, *args, **kwargs):
