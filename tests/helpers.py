@@ -1,5 +1,10 @@
-"""Registries of solvers and model cases that drive the conformance tests."""
+"""Registries of solvers and model cases that drive the conformance tests, and a count of the
+programs a call traces and compiles."""
 
+from collections import Counter
+
+import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
@@ -28,6 +33,23 @@ ADAPTIVE_SOLVERS = [
     ds.Rodas5P(rtol=1e-8, atol=1e-8),
 ]
 ALL_SOLVERS = FIXED_STEP_SOLVERS + ADAPTIVE_SOLVERS
+
+# JAX's own events, counted for the whole process from the first import of this module.
+EVENTS = Counter()
+COMPILE = "/jax/core/compile/backend_compile_duration"
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+MISSES = "/jax/compilation_cache/cache_misses"
+HITS = "/jax/compilation_cache/cache_hits"
+jax.monitoring.register_event_duration_secs_listener(lambda name, _, **__: EVENTS.update([name]))
+jax.monitoring.register_event_listener(lambda name, **_: EVENTS.update([name]))
+
+
+def counted(fn):
+    """(the value of fn(), the XLA compilations it ran, the functions it traced)."""
+    before = dict(EVENTS)
+    out = fn()
+    jax.block_until_ready(jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jax.Array)))
+    return out, EVENTS[COMPILE] - before.get(COMPILE, 0), EVENTS[TRACE] - before.get(TRACE, 0)
 
 
 def solver_id(solver) -> str:

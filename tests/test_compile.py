@@ -5,38 +5,22 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 
 import jax
-import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import counted, EVENTS as _EVENTS, HITS as _HITS, MISSES as _MISSES
 
 import diffsim as ds
 import models
 
 WORKER = os.path.join(os.path.dirname(__file__), "cache_worker.py")
-_EVENTS = Counter()
-_COMPILE = "/jax/core/compile/backend_compile_duration"
-_TRACE = "/jax/core/compile/jaxpr_trace_duration"
-jax.monitoring.register_event_duration_secs_listener(lambda name, _, **__: _EVENTS.update([name]))
-jax.monitoring.register_event_listener(lambda name, **_: _EVENTS.update([name]))
-_MISSES = "/jax/compilation_cache/cache_misses"
-_HITS = "/jax/compilation_cache/cache_hits"
-
-
-def _counted(fn):
-    """(the value of fn(), the XLA compilations it ran, the functions it traced)."""
-    before = dict(_EVENTS)
-    out = fn()
-    jax.block_until_ready(jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jax.Array)))
-    return out, _EVENTS[_COMPILE] - before.get(_COMPILE, 0), _EVENTS[_TRACE] - before.get(_TRACE, 0)
 
 
 def _compiles(fn):
     """(the value of fn(), the number of XLA compilations it ran)."""
-    out, compiles, _ = _counted(fn)
+    out, compiles, _ = counted(fn)
     return out, compiles
 
 
@@ -89,7 +73,7 @@ def test_a_fit_compiles_one_program_and_a_new_start_none(warmed):
     # 5% noise: the estimate lies within 3 standard errors of the truth (p ≈ 0.997)
     assert abs(result.params["alpha"] - 0.6) < 3 * result.stderr["alpha"]
     other = models.LotkaVolterra(alpha=0.7, beta=0.02, gamma=0.9, delta=0.03)
-    _, again, traced = _counted(lambda: ds.fit(other, jnp.array([35.0, 3.0]), data, **options))
+    _, again, traced = counted(lambda: ds.fit(other, jnp.array([35.0, 3.0]), data, **options))
     assert (again, traced) == (0, 0)  # new values of the same shapes: nothing traced anew
     profile, count = _compiles(lambda: ds.profile(result, "gamma", points=5))
     assert count <= 2, count
@@ -112,7 +96,7 @@ def test_a_simulation_compiles_one_program(warmed):
         lambda: ds.simulate(model, jnp.array([1.0, 0.0]), ts, solver=ds.Dopri5()).ys
     )
     assert count <= 1, count
-    _, count, traced = _counted(
+    _, count, traced = counted(
         lambda: ds.simulate(model, jnp.array([0.5, 0.1]), ts, solver=ds.Dopri5()).ys
     )
     assert (count, traced) == (0, 0)
@@ -130,7 +114,7 @@ def test_an_event_solve_compiles_two_programs_and_new_values_none(warmed):
     solution, count = _compiles(lambda: solve(1.0, 0.8))
     assert count <= 2, count  # the segments' solve and the split of the records per event
     assert int(solution.event_count) > 1
-    _, count, traced = _counted(lambda: solve(1.5, 0.85))
+    _, count, traced = counted(lambda: solve(1.5, 0.85))
     assert (count, traced) == (0, 0)
 
 
@@ -143,7 +127,7 @@ def test_a_sweep_compiles_one_program_and_a_new_sweep_of_the_same_shapes_none(wa
 
     first, count = _compiles(lambda: run(10.0))
     assert count <= 1, count
-    second, count, traced = _counted(lambda: run(12.0))
+    second, count, traced = counted(lambda: run(12.0))
     assert (count, traced) == (0, 0)
     assert not np.array_equal(first["y"].values, second["y"].values)  # new values were used
     direct = ds.simulate(models.Lorenz(rho=12.0), y0, ts, solver=ds.Tsit5()).ys
@@ -189,7 +173,7 @@ def test_analyses_compile_one_program_each(warmed):
     start, other = jnp.array(0.0), jnp.array(0.5)
     _, count = _compiles(lambda: ds.iterate(walk, start, key, stop=far, max_steps=500))
     assert count <= 1, count
-    _, count, traced = _counted(lambda: ds.iterate(walk, other, key, stop=far, max_steps=500))
+    _, count, traced = counted(lambda: ds.iterate(walk, other, key, stop=far, max_steps=500))
     assert (count, traced) == (0, 0)
 
 

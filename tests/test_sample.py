@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
-from helpers import synthetic_posterior
+from helpers import counted, synthetic_posterior
 from jaxtyping import Array
 
 import diffsim as ds
@@ -100,6 +100,12 @@ def test_posterior_views_and_file_round_trip(decay_posterior, tmp_path):
     assert np.all(bands["model_high"] <= bands["data_high"])  # new data scatter more
     # at t = 0 the model is y0 = 1 exactly, for every draw
     np.testing.assert_allclose(bands["model_median"][0], 1.0, rtol=1e-12)
+    # another level at the same times and draws traces and compiles nothing new
+    narrow, compiles, traced = counted(
+        lambda: post.predict(np.linspace(0.0, 5.0, 11), draws=100, level=0.5)
+    )
+    assert (compiles, traced) == (0, 0)
+    assert np.all(narrow["model_low"] >= bands["model_low"])
     path = post.save(tmp_path / "posterior.nc")
     loaded = ds.Posterior.load(path)
     np.testing.assert_array_equal(loaded.samples["k"], post.samples["k"])

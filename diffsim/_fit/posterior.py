@@ -415,11 +415,18 @@ def _predictive(density, theta, key):
 
     from . import likelihood as lik
 
-    @jit
-    def run(density, theta):
-        extra = jax.vmap(density.extra)(theta) if density.extra_count else None
-        return jax.vmap(density.predictions)(theta), extra
-
-    predictions, extra = jax.device_get(run(density, theta))
+    predictions, extra = jax.device_get(_predictions_at(density, theta))
     rng = lik.generator(jax.random.key_data(key))
     return predictions, lik.draw(density.likelihood, rng, predictions, extra)
+
+
+# At module level (not defined inside `_predictive`) so that a second `predict` at the same
+# times (another level or key) finds this program traced and compiled already.
+@jit
+def _predictions_at(density, theta):
+    """The observables at every draw of `theta` (draws, unknowns) and the likelihood's extra
+    parameters (estimated noise) there, or None."""
+    import jax
+
+    extra = jax.vmap(density.extra)(theta) if density.extra_count else None
+    return jax.vmap(density.predictions)(theta), extra
