@@ -77,8 +77,9 @@ class ProblemFit:
       counts as converged (the bounds are part of a study, as in PEtab: a constrained
       optimum), and a `FitWarning` names the unknowns there; `ds.fit(model, y0, data)`'s
       `converged` also asks that no fitted value sits on a bound.
-    - `starts`: dict `llh`, `converged`, `params` (name → array) of every start, best first
-      in `order`; `best_start`; `starts_reached`: how many starts came within 0.1 of the best
+    - `starts`: dict `llh`, `converged`, `iterations`, `params` (name → array) of every
+      start, in the order of the starts (`order`: their indices, best first);
+      `best_start`; `starts_reached`: how many starts came within 0.1 of the best
       log-likelihood.
     - `screen`: the screened points (`params`, `llh`) or None.
     - `model`: the model with the fitted parameters (as the problem's experiments without
@@ -158,6 +159,7 @@ class ProblemFit:
                 starts=dict(
                     llh=np.asarray(self.starts["llh"]).tolist(),
                     converged=np.asarray(self.starts["converged"]).tolist(),
+                    iterations=np.asarray(self.starts["iterations"]).tolist(),
                     params_on_scale=scaled_on_host(natural, scales).tolist(),
                 ),
                 best_start=self.best_start,
@@ -770,6 +772,7 @@ def _result(
             llh=llh,
             log_posterior=posterior,
             converged=codes == FIT_RESULTS.converged,
+            iterations=np.asarray(out["steps"]),
             params={n: natural[:, i] for i, n in enumerate(names)},
             order=order,
         ),
