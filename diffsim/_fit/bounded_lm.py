@@ -247,9 +247,10 @@ _FLAT = 1e-4
 # starts (seed 0) of the shipped PEtab problems, against no such test: Boehm 1,393 → 1,210
 # iterations (its two starts creeping to llh −171.19 end after 173 and 141 instead of 232 and
 # 265, their loss within 1e-4 of its end after ~150), Crauste 5,405 → 2,548 (nine starts at
-# the 512 limit → two), Bruno 1,555 both; every start ends within 0.003 of the same llh. At
-# 25, Crauste 1,533, but a start that rests on a plateau (llh −310.6) for 25 iterations
-# before it falls to −291.73 ended there.
+# the 512 limit → two); every start ends within 0.003 of the same llh. At 25: Bruno 1,555
+# both (so at 50 too: a 50-iteration creep holds a 25-iteration one), Crauste 1,533, but a
+# start that rests on a plateau (llh −310.6) for 25 iterations before it falls to −291.73
+# ended there.
 _CREEP_WINDOW = 50
 
 # After the Levenberg steps (every unknown on a log scale), D forgets: a rate that saturates
