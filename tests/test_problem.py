@@ -102,10 +102,10 @@ def _turnover(t, start, k_in, k_out, stimulus):
     return rest + (start - rest) * np.exp(-k_out * t)
 
 
-def test_conditions_parametric_starts_and_pre_equilibration_from_exact_data():
+def _three_turnovers():
     """Three experiments of one model: a parametric start y0 = y_start (unstimulated); a
     stimulus after rest (pre-equilibration without it); the same with a condition-specific
-    k_out_treated (which its rest uses too). Exact data: every unknown recovered."""
+    k_out_treated (which its rest uses too). Exact data. (problem, truth, times, treated)"""
     truth = dict(k_in=2.0, k_out=0.5, k_out_treated=1.5, y_start=0.3)
     ts = np.linspace(0.5, 8.0, 12)
     unstimulated = _turnover(ts, truth["y_start"], 2.0, 0.5, 0.0)
@@ -133,7 +133,12 @@ def test_conditions_parametric_starts_and_pre_equilibration_from_exact_data():
         for name in ("k_in", "k_out", "k_out_treated", "y_start")
     }
     model = _Turnover(jnp.array(1.0), jnp.array(1.0), jnp.array(0.0))
-    problem = ds.Problem(model, experiments, observables, unknowns)
+    return ds.Problem(model, experiments, observables, unknowns), truth, ts, treated
+
+
+def test_conditions_parametric_starts_and_pre_equilibration_from_exact_data():
+    """The three experiments of `_three_turnovers`: every unknown recovered."""
+    problem, truth, ts, treated = _three_turnovers()
     result = ds.fit(problem)
     assert result.converged
     for name, value in truth.items():
@@ -737,8 +742,8 @@ def test_bad_changes_are_refused_naming_the_change():
 
 
 def test_experiments_of_one_kind_compile_no_more_programs_than_one():
-    """Eight doses of one study run as one vmapped batch: the fit compiles the same number of
-    programs as a study of one experiment."""
+    """Eight doses of one study run as one batch (one solve in the program, `lax.map`ped on a
+    CPU): the fit compiles the same number of programs as a study of one experiment."""
     from studies import decay_study
     from test_compile import _compiles
 
@@ -747,6 +752,32 @@ def test_experiments_of_one_kind_compile_no_more_programs_than_one():
     eight, eight_count = _compiles(lambda: ds.fit(study(np.arange(1.0, 9.0)), screen=0).params)
     assert eight_count <= one_count, (one_count, eight_count)
     assert one["k"] == pytest.approx(0.7, rel=1e-6) and eight["k"] == pytest.approx(0.7, rel=1e-6)
+
+
+def test_a_fits_forward_passes_take_the_experiments_in_turn_as_a_batch_would(monkeypatch):
+    """On a CPU a fit's forward-mode passes (its residuals and their Jacobian) simulate the
+    experiments of a group one after another (`lax.map`), elsewhere as one vmapped batch: the
+    same residuals and Jacobian either way (to round-off), and the same as `simulate`'s default
+    rule gives, on three experiments with a parametric start and pre-equilibrations."""
+    from diffsim._fit import study_objective
+    from diffsim._fit.study_objective import residuals_and_terms
+
+    problem, *_ = _three_turnovers()
+    theta = jnp.asarray([1.3, 0.8, 2.5, 0.6])  # natural values of problem.names, not the truth
+
+    def linearised(forward):
+        rows = lambda x: residuals_and_terms(problem, x, forward=forward)[0]  # noqa: E731
+        return jax.jit(lambda x: (rows(x), jax.jacfwd(rows)(x)))(theta)
+
+    in_turn = linearised(True)
+    default = linearised(False)
+    monkeypatch.setattr(study_objective, "_IN_TURN_ON", ())
+    batched = linearised(True)
+    assert study_objective._IN_TURN_ON == () and jax.default_backend() == "cpu"
+    for a, b, c in zip(in_turn, batched, default):
+        assert np.all(np.isfinite(a)) and np.max(np.abs(a)) > 1.0
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
 
 
 def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():

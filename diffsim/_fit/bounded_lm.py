@@ -153,8 +153,9 @@ def minimize(
         r_new, jacobian_new, aux_new = lax.cond(accept, relinearise, keep, None)
         x_new = jnp.where(accept, refined, x)
         loss_new = jnp.where(accept, jnp.sum(r_new**2), state.loss)
+        after = state.step + 1  # iterations taken with this one (the first pass takes none: `step`)
         norms = jnp.sqrt(jnp.sum(jacobian_new**2, axis=0))
-        scale = _scaling(norms, state.scale, state.step + 1, levenberg_steps)
+        scale = _scaling(norms, state.scale, after, levenberg_steps)
         scale0 = jnp.where(levenberg_steps > 0, 1.0, jnp.where(norms > 0, norms, 1.0))
         scale = jnp.where(first, scale0, scale)
         # converged: the step (accepted) below the tolerances in every unknown with a small
@@ -184,10 +185,10 @@ def minimize(
         # `_CREEP_WINDOW` iterations (all after the Levenberg steps): the unknowns creep along a
         # direction the data barely fix, and the rest of max_steps could lower the loss by at
         # most max_steps × rtol of it at that pace (`_CREEP_WINDOW`)
-        earlier = state.history[jnp.maximum(state.step + 1 - _CREEP_WINDOW, 0)]
+        earlier = state.history[jnp.maximum(after - _CREEP_WINDOW, 0)]
         creeping = (
             accept
-            & (state.step + 1 >= levenberg_steps + _CREEP_WINDOW)
+            & (after >= levenberg_steps + _CREEP_WINDOW)
             & (earlier - loss_new <= _CREEP_WINDOW * rtol * loss_new)
         )
         converged = (
@@ -196,7 +197,7 @@ def minimize(
         finite = jnp.all(jnp.isfinite(x_new)) & jnp.isfinite(loss_new)
         finite = jnp.where(first, finite & jnp.all(jnp.isfinite(jacobian_new)), finite)
         ending = jnp.where(converged | first, FIT_RESULTS.converged, FIT_RESULTS.stalled)
-        step = jnp.where(first, 0, state.step + 1)
+        step = jnp.where(first, 0, after)
         return _State(
             x=x_new,
             r=r_new,
