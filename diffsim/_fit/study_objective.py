@@ -191,7 +191,9 @@ def _simulate_group(problem, group, theta, dtype, base=None, subset=None, forwar
 # both programs in one process, calls interleaved; in turn / batched): Bruno (6 conditions)
 # residuals 0.67, Jacobian 0.78; Fiedler (3) 0.91, 0.54; but Fujita (6 conditions of doses
 # given as changes at given times, which step alike) 2.37 and 1.04, so a group with changes
-# stays batched. On an accelerator the batch's parallelism wins (not measured).
+# stays batched, though Weber's (two, changes and pre-equilibration) would gain (0.91, 0.79):
+# changes stand in for "members that step alike", which is not known before the run. On an
+# accelerator the batch's parallelism wins (not measured).
 _IN_TURN_ON = ("cpu",)
 
 
