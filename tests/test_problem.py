@@ -780,6 +780,41 @@ def test_a_fits_forward_passes_take_the_experiments_in_turn_as_a_batch_would(mon
         np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
 
 
+def test_a_fits_jacobian_takes_no_tangent_of_the_solves_for_noise_and_scalings():
+    """A noise level and an observable's scaling reach no simulation (`Tables.simulated`):
+    the fit's Jacobian takes the solves' tangents for the four unknowns they read only, and
+    the rest by the chain rule through the observation, `jax.jacfwd` of the residuals to
+    round-off, on `_three_turnovers`' experiments (a parametric start, pre-equilibrations)."""
+    from diffsim._fit import study_fit
+    from diffsim._fit.study_objective import residuals_and_terms, to_natural_values
+
+    three, *_ = _three_turnovers()
+    problem = ds.Problem(
+        three.model,
+        three.experiments,
+        {"y": ds.Observable(lambda t, y, p: p["scale"] * y[0], sigma="sigma")},
+        {
+            **three.unknowns,
+            "scale": ds.Unknown(1.0, bounds=(0.1, 10.0), scale="log10"),
+            "sigma": ds.Unknown(0.1, bounds=(1e-3, 1.0), scale="log10"),
+        },
+    )
+    assert problem.names[4:] == ("scale", "sigma")
+    assert problem.tables.simulated.tolist() == [True] * 4 + [False] * 2
+    scaled = jnp.asarray([0.1, -0.2, 0.4, -0.3, 0.2, -1.5])  # on the log10 scales
+
+    def rows(s):
+        natural = to_natural_values(s, problem.tables.scales)
+        return residuals_and_terms(problem, natural, forward=True)[0]
+
+    linearise = study_fit._linearisation(problem)
+    r, jacobian, _ = jax.jit(linearise)(scaled)
+    expected_r, expected = jax.jit(lambda s: (rows(s), jax.jacfwd(rows)(s)))(scaled)
+    np.testing.assert_allclose(r, expected_r, rtol=1e-13)
+    np.testing.assert_allclose(jacobian, expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
+    assert np.all(np.abs(jacobian).max(axis=0) > 1e-3)  # every column, scale and σ included
+
+
 def test_a_float32_study_with_the_defaults_is_each_experiment_alone_and_fits():
     """In float32 with the default solver: a batch of experiments with 3 and 6 measurement
     times (the shorter one's padded past its end), a t0 1e-8 from a measurement time (one

@@ -52,6 +52,7 @@ def minimize(
     refine=None,
     levenberg_steps=0,
     has_aux: bool = False,
+    linearise=None,
 ) -> Optimum:
     """Minimise Σ residual_fn(x)² over lower ≤ x ≤ upper from x0 (inside the box; bounds may
     be ±inf). Traceable. Returns an `Optimum` whose `u` is the optimum x itself.
@@ -74,7 +75,11 @@ def minimize(
     on one scale (log10 rates) isotropic damping keeps early steps to the nearest descent,
     where MINPACK's lets an insensitive unknown leap across its box (into another basin or a
     plateau); the scaled steps then converge fast, and the fading lets a rate that saturates
-    reach its bound rather than creep there (`_scaling`)."""
+    reach its bound rather than creep there (`_scaling`).
+
+    `linearise(x) -> (residuals, their Jacobian, aux)`, where given, takes the place of the
+    forward-mode Jacobian of `residual_fn` (with `has_aux`): the same values, computed by a
+    caller that knows a cheaper way (`study_fit._linearisation`)."""
     dtype = x0.dtype
     lower = jnp.asarray(lower, dtype)
     upper = jnp.asarray(upper, dtype)
@@ -145,6 +150,8 @@ def minimize(
             refined = trial
 
         def relinearise(_):
+            if linearise is not None:
+                return linearise(refined)
             return _linearised(with_aux, refined)
 
         def keep(_):

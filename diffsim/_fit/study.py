@@ -806,6 +806,8 @@ class Tables:
     # (index in θ, bool mask of those measurements); a fit sets them to their closed-form
     # optimum (weighted least squares given h and σ)
     scalings: tuple = ()
+    # (unknowns,) bool: whether a simulation reads the unknown (`_simulated`); None: all
+    simulated: np.ndarray | None = None
 
 
 def build_tables(problem: Problem) -> Tables:
@@ -941,7 +943,41 @@ def build_tables(problem: Problem) -> Tables:
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
         noise=_noise_unknowns(problem, row_table, row_observable, referenced),
         scalings=_scaling_unknowns(problem, row_table, row_observable, referenced),
+        simulated=_simulated(problem, groups),
     )
+
+
+def _simulated(problem: Problem, groups) -> np.ndarray:
+    """Per estimated unknown, whether an experiment's simulation reads it: as a model
+    parameter's setting (the experiment's, its pre-equilibration's or a segment's), a value a
+    change assigns to a state, or a name its initial-state function or a change's function
+    reads (`_inputs_read`, which may over-count, never under-count). The others (noise
+    levels, observables' scalings and offsets) reach only the observation of the states, so a
+    fit's Jacobian takes no tangent of the solves for them (`study_fit._linearisation`)."""
+    names = list(problem.parameter_names)
+    read = np.zeros(len(problem.names), bool)
+
+    def mark(table, columns):
+        kind, index = table.kind[..., columns], table.index[..., columns]
+        read[index[kind == ESTIMATED]] = True
+
+    dtype = jnp.result_type(float)
+    for group in groups:
+        columns = set(range(len(problem.model_parameters)))
+        if group.y0_fn is not None:
+            columns |= {names.index(n) for n in _inputs_read(group.y0_fn, (), "y0", problem)[0]}
+        segments = group.segments
+        if segments is not None:
+            y = jax.ShapeDtypeStruct(segments.assigned.shape[-1:], dtype)
+            for _, _, fn in segments.functions:
+                columns |= {names.index(n) for n in _inputs_read(fn, (y,), "a change", problem)[0]}
+        columns = sorted(columns)
+        for table in (group.settings, group.pre, segments and segments.settings):
+            if table is not None:
+                mark(table, columns)
+        if segments is not None:
+            mark(segments.values, slice(None))
+    return read
 
 
 def _undefined(problem: Problem, what: str) -> str:

@@ -490,8 +490,13 @@ def residuals_and_terms(problem, theta, measured=None, *, forward=False):
     only where no root is clipped (σ ≳ 1e-9, prior densities ≲ e^20). `forward`: for a
     caller that differentiates it in forward mode only (`jax.jacfwd`; reverse mode then
     fails), which is cheaper there (`_solve`)."""
+    states = row_states(problem, theta, theta.dtype, forward=forward)
+    return residuals_of_states(problem, theta, states, measured)
+
+
+def residuals_of_states(problem, theta, states, measured=None):
+    """`residuals_and_terms` given the state at every measurement (`row_states`)."""
     dtype = theta.dtype
-    states = row_states(problem, theta, dtype, forward=forward)
     predictions, sigmas = observe(problem, theta, states, dtype)
     scaled, sigma, nll, jacobian = _noise_terms(problem, predictions, sigmas, dtype, measured)
     laplace = noise_constants(problem)[4]
