@@ -799,6 +799,7 @@ class Tables:
     lower: np.ndarray  # (unknowns,) bounds on each unknown's scale
     upper: np.ndarray
     scales: tuple[str, ...]
+    simulated: np.ndarray  # (unknowns,) bool: whether a simulation reads the unknown (`_simulated`)
     # the estimated unknowns that are only the σ of normal-type noise: (index in θ, bool mask
     # of the measurements whose σ it is); a fit sets them to their closed-form optimum
     noise: tuple = ()
@@ -806,8 +807,6 @@ class Tables:
     # (index in θ, bool mask of those measurements); a fit sets them to their closed-form
     # optimum (weighted least squares given h and σ)
     scalings: tuple = ()
-    # (unknowns,) bool: whether a simulation reads the unknown (`_simulated`); None: all
-    simulated: np.ndarray | None = None
 
 
 def build_tables(problem: Problem) -> Tables:
@@ -941,9 +940,9 @@ def build_tables(problem: Problem) -> Tables:
         lower=np.asarray(lower),
         upper=np.asarray(upper),
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
+        simulated=_simulated(problem, groups),
         noise=_noise_unknowns(problem, row_table, row_observable, referenced),
         scalings=_scaling_unknowns(problem, row_table, row_observable, referenced),
-        simulated=_simulated(problem, groups),
     )
 
 
@@ -961,16 +960,19 @@ def _simulated(problem: Problem, groups) -> np.ndarray:
         kind, index = table.kind[..., columns], table.index[..., columns]
         read[index[kind == ESTIMATED]] = True
 
+    def columns_read(fn, args, where):
+        return {names.index(n) for n in _inputs_read(fn, args, where, problem)[0]}
+
     dtype = jnp.result_type(float)
     for group in groups:
         columns = set(range(len(problem.model_parameters)))
         if group.y0_fn is not None:
-            columns |= {names.index(n) for n in _inputs_read(group.y0_fn, (), "y0", problem)[0]}
+            columns |= columns_read(group.y0_fn, (), "y0")
         segments = group.segments
         if segments is not None:
             y = jax.ShapeDtypeStruct(segments.assigned.shape[-1:], dtype)
             for _, _, fn in segments.functions:
-                columns |= {names.index(n) for n in _inputs_read(fn, (y,), "a change", problem)[0]}
+                columns |= columns_read(fn, (y,), "a change")
         columns = sorted(columns)
         for table in (group.settings, group.pre, segments and segments.settings):
             if table is not None:

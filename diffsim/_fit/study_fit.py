@@ -553,7 +553,7 @@ def _linearisation(problem: Problem, measured=None):
     Jacobian as `jax.jacfwd` of the residuals to round-off, with fewer tangents through the
     solves, which are most of a fit's time (Boehm's 9 unknowns: 6 tangents)."""
     tables = problem.tables
-    if tables.simulated is None or tables.simulated.all():
+    if tables.simulated.all():
         return None
     simulated = jnp.asarray(np.nonzero(tables.simulated)[0])
 
