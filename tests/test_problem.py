@@ -781,10 +781,13 @@ def test_a_fits_forward_passes_take_the_experiments_in_turn_as_a_batch_would(mon
 
 
 def test_a_fits_jacobian_takes_no_tangent_of_the_solves_for_noise_and_scalings():
-    """A noise level and an observable's scaling reach no simulation (`Tables.simulated`):
-    the fit's Jacobian takes the solves' tangents for the four unknowns they read only, and
-    the rest by the chain rule through the observation, `jax.jacfwd` of the residuals to
-    round-off, on `_three_turnovers`' experiments (a parametric start, pre-equilibrations)."""
+    """A noise level and an observable's scaling reach no simulation (`Tables.simulated`),
+    and the unknowns each experiment reads are known (`Tables.reads`): the fit's Jacobian
+    takes the solves' tangents for the four unknowns they read only, shared by unknowns no
+    experiment reads together (k_out_treated, only the third's rate, with k_out or y_start,
+    which the third does not read: 3 tangents), and the rest by the chain rule through the
+    observation, `jax.jacfwd` of the residuals to round-off, on `_three_turnovers`'
+    experiments (a parametric start, pre-equilibrations)."""
     from diffsim._fit import study_fit
     from diffsim._fit.study_objective import residuals_and_terms, to_natural_values
 
@@ -801,6 +804,17 @@ def test_a_fits_jacobian_takes_no_tangent_of_the_solves_for_noise_and_scalings()
     )
     assert problem.names[4:] == ("scale", "sigma")
     assert problem.tables.simulated.tolist() == [True] * 4 + [False] * 2
+    # per experiment (12 measurements each): k_in, k_out, k_out_treated, y_start read
+    reads = problem.tables.reads.reshape(3, 12, 6)
+    assert np.all(reads == reads[:, :1])
+    assert reads[:, 0].tolist() == [
+        [True, True, False, True, False, False],
+        [True, True, False, False, False, False],
+        [True, False, True, False, False, False],
+    ]
+    colours = study_fit._colours(problem.tables.reads[:, :4])
+    assert len(set(colours.tolist())) == 3  # k_in, k_out and y_start are read together
+    assert all(len(set(colours[row].tolist())) == row.sum() for row in reads[:, 0, :4])
     scaled = jnp.asarray([0.1, -0.2, 0.4, -0.3, 0.2, -1.5])  # on the log10 scales
 
     def rows(s):

@@ -799,7 +799,9 @@ class Tables:
     lower: np.ndarray  # (unknowns,) bounds on each unknown's scale
     upper: np.ndarray
     scales: tuple[str, ...]
-    simulated: np.ndarray  # (unknowns,) bool: whether a simulation reads the unknown (`_simulated`)
+    # (measurements, unknowns) bool: whether the simulation giving a measurement's state reads
+    # the estimated unknown (`_simulations_read`)
+    reads: np.ndarray
     # the estimated unknowns that are only the σ of normal-type noise: (index in θ, bool mask
     # of the measurements whose σ it is); a fit sets them to their closed-form optimum
     noise: tuple = ()
@@ -807,6 +809,11 @@ class Tables:
     # (index in θ, bool mask of those measurements); a fit sets them to their closed-form
     # optimum (weighted least squares given h and σ)
     scalings: tuple = ()
+
+    @property
+    def simulated(self) -> np.ndarray:
+        """(unknowns,) bool: whether any experiment's simulation reads the unknown."""
+        return self.reads.any(axis=0)
 
 
 def build_tables(problem: Problem) -> Tables:
@@ -940,25 +947,24 @@ def build_tables(problem: Problem) -> Tables:
         lower=np.asarray(lower),
         upper=np.asarray(upper),
         scales=tuple(problem.unknowns[n].scale for n in problem.names),
-        simulated=_simulated(problem, groups),
+        reads=_simulations_read(problem, groups, len(row_observable)),
         noise=_noise_unknowns(problem, row_table, row_observable, referenced),
         scalings=_scaling_unknowns(problem, row_table, row_observable, referenced),
     )
 
 
-def _simulated(problem: Problem, groups) -> np.ndarray:
-    """Per estimated unknown, whether an experiment's simulation reads it: as a model
-    parameter's setting (the experiment's, its pre-equilibration's or a segment's), a value a
-    change assigns to a state, or a name its initial-state function or a change's function
-    reads (`_inputs_read`, which may over-count, never under-count). The others (noise
-    levels, observables' scalings and offsets) reach only the observation of the states, so a
-    fit's Jacobian takes no tangent of the solves for them (`study_fit._linearisation`)."""
+def _simulations_read(problem: Problem, groups, measurements: int) -> np.ndarray:
+    """(measurements, unknowns) bool: whether the simulation that gives a measurement's state
+    reads the estimated unknown, as a model parameter's setting of its experiment (the
+    experiment's own, its pre-equilibration's or a segment's), a value one of its changes
+    assigns to a state, or a name its initial-state function or a change's function reads
+    (`_inputs_read`, which may over-count, never under-count). An unknown no simulation
+    reads (a noise level, an observable's scaling or offset) reaches only the observation of
+    the states, and one that an experiment's simulation does not read has no derivative in
+    its states: a fit's Jacobian takes no tangent of the solves for the first and shares
+    tangents between unknowns no experiment reads together (`study_fit._linearisation`)."""
     names = list(problem.parameter_names)
-    read = np.zeros(len(problem.names), bool)
-
-    def mark(table, columns):
-        kind, index = table.kind[..., columns], table.index[..., columns]
-        read[index[kind == ESTIMATED]] = True
+    reads = np.zeros((measurements, len(problem.names)), bool)
 
     def columns_read(fn, args, where):
         return {names.index(n) for n in _inputs_read(fn, args, where, problem)[0]}
@@ -974,12 +980,17 @@ def _simulated(problem: Problem, groups) -> np.ndarray:
             for _, _, fn in segments.functions:
                 columns |= columns_read(fn, (y,), "a change")
         columns = sorted(columns)
-        for table in (group.settings, group.pre, segments and segments.settings):
-            if table is not None:
-                mark(table, columns)
-        if segments is not None:
-            mark(segments.values, slice(None))
-    return read
+        member_reads = np.zeros((len(group.members), len(problem.names)), bool)
+        for m in range(len(group.members)):
+            tables = [(group.settings, columns), (group.pre, columns)]
+            if segments is not None:
+                tables += [(segments.settings, columns), (segments.values, slice(None))]
+            for table, read in tables:
+                if table is not None:
+                    kind, index = table.kind[m][..., read], table.index[m][..., read]
+                    member_reads[m, index[kind == ESTIMATED]] = True
+        reads[group.rows] = member_reads[group.row_member]
+    return reads
 
 
 def _undefined(problem: Problem, what: str) -> str:

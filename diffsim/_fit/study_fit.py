@@ -545,26 +545,43 @@ def _optimize(problem: Problem, s0, box: Box, optimizer, num_residuals: int):
 
 def _linearisation(problem: Problem, measured=None):
     """`linearise(scaled) -> (residuals, their Jacobian, (NLL, −log-prior, smallest))` on
-    the unknowns' scales, for `bounded_lm.minimize`, where some estimated unknowns reach no
-    simulation (`Tables.simulated`: noise levels, observables' scalings and offsets); None
-    where every unknown does. The solves then carry a tangent for each unknown they read
-    only, and the rest of the Jacobian follows by the chain rule through the observation:
-    J = ∂r/∂x (the states held) + ∂r/∂y · ∂y/∂x (the simulated unknowns' columns). The same
-    Jacobian as `jax.jacfwd` of the residuals to round-off, with fewer tangents through the
-    solves, which are most of a fit's time (Boehm's 9 unknowns: 6 tangents)."""
+    the unknowns' scales, for `bounded_lm.minimize`, where the solves need fewer tangents
+    than there are unknowns; None where they need one each. Two savings, both from which
+    unknowns each experiment's simulation reads (`Tables.reads`):
+
+    - an unknown no simulation reads (a noise level, an observable's scaling or offset)
+      takes no tangent through the solves: its column follows by the chain rule through the
+      observation, J = ∂r/∂x (the states held) + ∂r/∂y · ∂y/∂x (Boehm's 9 unknowns: 6);
+    - unknowns that no experiment reads together share a tangent (a Curtis–Powell–Reid
+      colouring of the Jacobian's columns, `_colours`): each experiment's states then carry
+      the derivative of the one it reads, and each column is taken back from its colour's
+      tangent in the rows of the experiments that read it (Bruno's 13 unknowns, six of them
+      an initial value of one condition each: 8 tangents).
+
+    The same Jacobian as `jax.jacfwd` of the residuals to round-off, with fewer tangents
+    through the solves, which are most of a fit's time."""
     tables = problem.tables
-    if tables.simulated.all():
+    simulated = np.nonzero(tables.simulated)[0]
+    reads = tables.reads[:, simulated]  # (measurements, simulated unknowns)
+    colour = _colours(reads)
+    count = int(colour.max()) + 1 if len(colour) else 0
+    if len(simulated) == len(problem.names) and count == len(simulated):
         return None
-    simulated = jnp.asarray(np.nonzero(tables.simulated)[0])
+    seeds = np.zeros((len(simulated), count))
+    seeds[np.arange(len(simulated)), colour] = 1.0
 
     def linearise(scaled):
-        def states_of(sub):
-            natural = to_natural_values(scaled.at[simulated].set(sub), tables.scales)
-            states = row_states(problem, natural, scaled.dtype, forward=True)
+        def states_of(c):
+            shifted = scaled.at[simulated].add(jnp.asarray(seeds, scaled.dtype) @ c)
+            states = row_states(
+                problem, to_natural_values(shifted, tables.scales), scaled.dtype, forward=True
+            )
             return states, states
 
-        # (measurements, states, simulated unknowns)
-        d_states, states = jax.jacfwd(states_of, has_aux=True)(scaled[simulated])
+        # (measurements, states, colours): each measurement's states carry the derivative of
+        # the one unknown of a colour its simulation reads (zero where it reads none)
+        by_colour, states = jax.jacfwd(states_of, has_aux=True)(jnp.zeros(count, scaled.dtype))
+        d_states = jnp.where(reads[:, None, :], by_colour[..., colour], 0.0)
 
         def rows(x, y):
             r, terms = residuals_of_states(
@@ -581,6 +598,19 @@ def _linearisation(problem: Problem, measured=None):
         return r, held.at[:, simulated].add(through), terms
 
     return linearise
+
+
+def _colours(reads: np.ndarray) -> np.ndarray:
+    """A colour per column of `reads` (rows × columns, bool) such that no row has two columns
+    of one colour: greedy, the columns with the most conflicts first (Welsh–Powell). Finding
+    the fewest colours is NP-hard; greedy is what sparse-Jacobian codes use (ColPack)."""
+    overlap = reads.T.astype(np.int64) @ reads.astype(np.int64) > 0
+    np.fill_diagonal(overlap, False)
+    colour = np.full(reads.shape[1], -1)
+    for column in np.argsort(-overlap.sum(axis=1), kind="stable"):
+        taken = set(colour[overlap[column]].tolist())
+        colour[column] = next(c for c in range(reads.shape[1] + 1) if c not in taken)
+    return colour
 
 
 # Where every unknown is on a log scale (a PEtab study's rates, noise levels and scalings), the
